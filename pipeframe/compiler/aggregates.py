@@ -1,0 +1,181 @@
+"""The State/Merge catalog: for each mergeable aggregate, how a batch becomes a state column, how state
+rows combine (compaction, cascades) and how they finalize on read. One entry per aggregate; add one here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pipeframe.compiler.types import normalize_type
+
+# Templates use {x} (the argument SQL), {y} (second argument), {c} (the state column) and {p} (parameters).
+
+
+@dataclass(frozen=True)
+class AggregateState:
+    """One mergeable aggregate. ``state`` runs over new rows; ``combine`` merges state rows into one state;
+    ``finalize`` turns state rows into the user-visible value."""
+
+    kind: str
+    plain_names: tuple[str, ...]  # Spark aggregates converted automatically, lower case
+    clickhouse_names: tuple[str, ...]  # base names for xState / xMerge / xMergeState / xIf forms
+    state: str
+    combine: str
+    finalize: str
+    state_type: Callable[[tuple[str | None, ...]], str]
+    exact: bool = True
+    arity: int = 1
+    parametric: bool = False  # takes parameters, e.g. quantiles(0.5, 0.9)(x) / percentile_approx(x, 0.5)
+    # The aggregate a downstream (cascading) view may apply to this state's *column* to roll it up.
+    rollup: tuple[str, ...] = ()
+    note: str = ""
+
+    def state_sql(self, args: list[str], params: list[str]) -> str:
+        return self.state.format(x=args[0] if args else "*", y=args[1] if len(args) > 1 else "NULL",
+                                 p=", ".join(params))
+
+    def combine_sql(self, column: str) -> str:
+        return self.combine.format(c=column)
+
+    def finalize_sql(self, column: str, params: list[str]) -> str:
+        param = params[0] if len(params) == 1 else f"array({', '.join(params)})"
+        return self.finalize.format(c=column, p=param)
+
+
+def _same(types: tuple[str | None, ...]) -> str:
+    return types[0] or "DOUBLE"
+
+
+def _sum_type(types: tuple[str | None, ...]) -> str:
+    t = types[0] or "DOUBLE"
+    if t in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
+        return "BIGINT"
+    if t.startswith("DECIMAL("):
+        precision, scale = (int(v) for v in t[8:-1].split(","))
+        return f"DECIMAL({min(38, precision + 10)},{scale})"
+    return "DOUBLE"
+
+
+def _const(type_: str) -> Callable[[tuple[str | None, ...]], str]:
+    return lambda _types: type_
+
+
+def _set_type(types: tuple[str | None, ...]) -> str:
+    return f"ARRAY<{types[0] or 'STRING'}>"
+
+
+def _by_type(types: tuple[str | None, ...]) -> str:
+    value, order = (types + (None, None))[:2]
+    return f"STRUCT<t: {order or 'TIMESTAMP'}, v: {value or 'STRING'}>"
+
+
+HLL = "hll_sketch_estimate(hll_union_agg({c}, true))"
+KLL_MERGE = "kll_merge_agg_double({c})"
+VARIANCE_STATE = ("named_struct('n', count({x}), 'mean', avg(CAST({x} AS DOUBLE)), "
+                  "'m2', var_pop(CAST({x} AS DOUBLE)) * count({x}))")
+VARIANCE_COMBINE = ("named_struct('n', sum({c}.n), 'mean', try_divide(sum({c}.n * {c}.mean), sum({c}.n)), "
+                    "'m2', sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
+                    "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)))")
+# Chan's parallel combination, written as one aggregate: M2 = Σm2 + Σn·mean² − (Σn·mean)²/Σn.
+VAR_POP = ("try_divide(sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
+           "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)), sum({c}.n))")
+VAR_SAMP = ("try_divide(sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
+            "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)), sum({c}.n) - 1)")
+VARIANCE_TYPE = _const("STRUCT<n: BIGINT, mean: DOUBLE, m2: DOUBLE>")
+
+STATES: tuple[AggregateState, ...] = (
+    AggregateState("count", ("count",), ("count",), "count({x})", "sum({c})", "sum({c})", _const("BIGINT"),
+                   arity=0, rollup=("sum",)),
+    AggregateState("count_if", ("count_if",), (), "count_if({x})", "sum({c})", "sum({c})", _const("BIGINT"),
+                   rollup=("sum",)),
+    AggregateState("sum", ("sum",), ("sum",), "sum({x})", "sum({c})", "sum({c})", _sum_type, rollup=("sum",)),
+    AggregateState("min", ("min",), ("min",), "min({x})", "min({c})", "min({c})", _same, rollup=("min",)),
+    AggregateState("max", ("max",), ("max",), "max({x})", "max({c})", "max({c})", _same, rollup=("max",)),
+    AggregateState("avg", ("avg", "mean"), ("avg",),
+                   "named_struct('sum', sum(CAST({x} AS DOUBLE)), 'count', count({x}))",
+                   "named_struct('sum', sum({c}.sum), 'count', sum({c}.count))",
+                   "try_divide(sum({c}.sum), sum({c}.count))",
+                   _const("STRUCT<sum: DOUBLE, count: BIGINT>")),
+    AggregateState("uniq", ("approx_count_distinct",), ("uniq", "uniqHLL12", "uniqCombined", "uniqCombined64"),
+                   "hll_sketch_agg(CAST({x} AS STRING))", "hll_union_agg({c}, true)", HLL, _const("BINARY"),
+                   exact=False, note="HLL sketch (lgConfigK 12): about 1.6% relative standard error"),
+    AggregateState("uniq_exact", (), ("uniqExact",), "collect_set({x})",
+                   "array_distinct(flatten(collect_list({c})))", "size(array_distinct(flatten(collect_list({c}))))",
+                   _set_type),
+    AggregateState("quantiles", ("percentile_approx", "approx_percentile"),
+                   ("quantile", "quantiles", "quantileTDigest", "quantilesTDigest"),
+                   "kll_sketch_agg_double(CAST({x} AS DOUBLE))", KLL_MERGE,
+                   "kll_sketch_get_quantile_double(" + KLL_MERGE + ", {p})", _const("BINARY"),
+                   exact=False, parametric=True, note="KLL sketch (k=200): about 1.3% normalized rank error"),
+    AggregateState("arg_max", ("max_by",), ("argMax",), "named_struct('t', max({y}), 'v', max_by({x}, {y}))",
+                   "named_struct('t', max({c}.t), 'v', max_by({c}.v, {c}.t))", "max_by({c}.v, {c}.t)",
+                   _by_type, arity=2),
+    AggregateState("arg_min", ("min_by",), ("argMin",), "named_struct('t', min({y}), 'v', min_by({x}, {y}))",
+                   "named_struct('t', min({c}.t), 'v', min_by({c}.v, {c}.t))", "min_by({c}.v, {c}.t)",
+                   _by_type, arity=2),
+    AggregateState("var_samp", ("var_samp", "variance"), ("varSamp", "variance"), VARIANCE_STATE,
+                   VARIANCE_COMBINE, VAR_SAMP, VARIANCE_TYPE),
+    AggregateState("var_pop", ("var_pop",), ("varPop",), VARIANCE_STATE, VARIANCE_COMBINE, VAR_POP, VARIANCE_TYPE),
+    AggregateState("stddev_samp", ("stddev", "stddev_samp", "std"), ("stddevSamp", "stddev"), VARIANCE_STATE,
+                   VARIANCE_COMBINE, f"sqrt({VAR_SAMP})", VARIANCE_TYPE),
+    AggregateState("stddev_pop", ("stddev_pop",), ("stddevPop",), VARIANCE_STATE, VARIANCE_COMBINE,
+                   f"sqrt({VAR_POP})", VARIANCE_TYPE),
+)
+
+BY_KIND = {s.kind: s for s in STATES}
+BY_PLAIN_NAME = {name: s for s in STATES for name in s.plain_names}
+BY_CLICKHOUSE_NAME = {name.lower(): s for s in STATES for name in s.clickhouse_names}
+
+# Aggregates that have no mergeable state: name -> (why, fix).
+NOT_MERGEABLE: dict[str, tuple[str, str]] = {
+    "percentile": ("exact percentiles need every row", "use percentile_approx(x, p) (a KLL sketch state)"),
+    "percentile_cont": ("exact percentiles need every row", "use percentile_approx(x, p) (a KLL sketch state)"),
+    "percentile_disc": ("exact percentiles need every row", "use percentile_approx(x, p) (a KLL sketch state)"),
+    "median": ("an exact median needs every row", "use percentile_approx(x, 0.5) (a KLL sketch state)"),
+    "mode": ("the mode needs every row", "compute it in an endpoint over the raw datasource"),
+    "collect_list": ("collect_list order depends on how rows are split into blocks",
+                     "use collect_set (uniqExactState) or compute it in an endpoint"),
+    "array_agg": ("array_agg order depends on how rows are split into blocks",
+                  "use collect_set (uniqExactState) or compute it in an endpoint"),
+    "first": ("first() without an ordering depends on how rows are split into blocks",
+              "use min_by(value, ts) or max_by(value, ts)"),
+    "first_value": ("first_value() without an ordering depends on block order", "use min_by(value, ts)"),
+    "last": ("last() without an ordering depends on how rows are split into blocks", "use max_by(value, ts)"),
+    "last_value": ("last_value() without an ordering depends on block order", "use max_by(value, ts)"),
+    "any_value": ("any_value() picks a row that depends on block order", "use min(x) or max(x)"),
+    "string_agg": ("string_agg order depends on block order", "compute it in an endpoint"),
+    "listagg": ("listagg order depends on block order", "compute it in an endpoint"),
+    "kurtosis": ("kurtosis has no state in pipeframe yet", "compute it in an endpoint over the raw datasource"),
+    "skewness": ("skewness has no state in pipeframe yet", "compute it in an endpoint over the raw datasource"),
+    "corr": ("corr has no state in pipeframe yet", "compute it in an endpoint over the raw datasource"),
+    "covar_pop": ("covar_pop has no state in pipeframe yet", "compute it in an endpoint"),
+    "covar_samp": ("covar_samp has no state in pipeframe yet", "compute it in an endpoint"),
+}
+
+ALL_AGGREGATES = set(BY_PLAIN_NAME) | set(NOT_MERGEABLE) | {
+    "bool_and", "bool_or", "every", "some", "bit_and", "bit_or", "bit_xor", "collect_set", "count_min_sketch",
+    "histogram_numeric", "regr_count", "hll_sketch_agg", "hll_union_agg", "kll_sketch_agg_double",
+    "kll_merge_agg_double", "kll_sketch_agg_bigint", "kll_sketch_agg_float", "try_sum", "try_avg",
+    "approx_top_k",
+}
+
+
+def split_clickhouse_name(name: str) -> tuple[AggregateState, str] | None:
+    """`uniqState` → (uniq, 'State'); `sumMergeState` → (sum, 'MergeState'); `countStateIf` → (count, 'StateIf')."""
+    lowered = name.lower()
+    for suffix in ("mergestate", "stateif", "state", "merge", "if"):
+        if lowered.endswith(suffix) and lowered[: -len(suffix)] in BY_CLICKHOUSE_NAME:
+            canonical = {"mergestate": "MergeState", "stateif": "StateIf", "state": "State", "merge": "Merge",
+                         "if": "If"}[suffix]
+            return BY_CLICKHOUSE_NAME[lowered[: -len(suffix)]], canonical
+    return None
+
+
+def state_type_for(state: AggregateState, arg_types: tuple[str | None, ...]) -> str:
+    return normalize_type(state.state_type(arg_types))
+
+
+def explicit_column_state(function: str) -> AggregateState | None:
+    """The state behind a declared `AggregateFunction(function, T)` column."""
+    return BY_CLICKHOUSE_NAME.get(function.lower()) or BY_PLAIN_NAME.get(function.lower())

@@ -1,0 +1,281 @@
+"""Incrementality rules for materialized pipes: a materialized pipe only ever sees new rows, so each rule
+below rejects (or warns about) a construct whose result would differ from a full recomputation.
+
+Each rule is one small function over a ViewContext that reports with its own code, message and fix;
+`RULES` composes them. Adding a rule touches this file only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from sqlglot import exp
+
+from pipeframe.compiler.aggregates import BY_PLAIN_NAME, NOT_MERGEABLE, AggregateState
+from pipeframe.compiler.functions import NON_DETERMINISTIC, aggregates_in, call_of, combinator, is_aggregate
+from pipeframe.compiler.sql import locate
+from pipeframe.datafiles.model import Node, Pipe
+from pipeframe.errors import Diagnostic, Location, Severity
+
+VerdictStatus = Literal["accepted", "rewritten", "rejected"]
+
+
+@dataclass(frozen=True)
+class NodeTree:
+    """A parsed node: its AST, the SQL text the AST came from, and where that text starts in the file."""
+
+    node: Node
+    tree: exp.Query
+    sql: str
+    base: Location
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: VerdictStatus
+    rewrites: tuple[str, ...] = ()
+    problems: tuple[Diagnostic, ...] = ()
+
+
+@dataclass
+class ViewContext:
+    """What the rules look at: the pipe's nodes up to the materialized one, the trigger and the target."""
+
+    pipe: Pipe
+    nodes: list[NodeTree]
+    target: str
+    trigger: str | None
+    other_tables: list[tuple[str, NodeTree, exp.Table]]
+    # State columns of the trigger when it is itself a materialized target (a cascade): column -> state.
+    upstream_states: dict[str, AggregateState] = field(default_factory=dict)
+    upstream_name: str | None = None
+    problems: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def output(self) -> NodeTree:
+        return self.nodes[-1]
+
+    @property
+    def output_select(self) -> exp.Select | None:
+        tree = self.output.tree
+        return tree if isinstance(tree, exp.Select) else None
+
+    def report(self, code: str, message: str, hint: str, where: NodeTree, node: exp.Expression | None = None,
+               keyword: str | None = None, severity: Severity = "error") -> None:
+        location = locate(node, where.sql, where.base, keyword) if node is not None else where.node.location
+        self.problems.append(Diagnostic(code, message, hint, location, severity))
+
+
+def _walk(ctx: ViewContext):
+    for nt in ctx.nodes:
+        for node in nt.tree.walk():
+            yield nt, node
+
+
+def window_functions(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, exp.Window):
+            ctx.report("PF401", "Window functions (OVER) need rows from earlier blocks, so a materialized pipe "
+                       "cannot maintain them incrementally.",
+                       "Move the window function into an endpoint that reads the materialized target.",
+                       nt, node, "over")
+            return
+
+
+def order_by(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, exp.Order) and not isinstance(node.parent, exp.Window) \
+                and not node.find_ancestor(exp.Window):
+            ctx.report("PF402", "ORDER BY has no meaning in a materialized pipe: rows are appended block by block.",
+                       "Remove ORDER BY; sort when reading, in an endpoint. For sorted storage use "
+                       "ENGINE_SORTING_KEY on the target.", nt, node, "order by")
+            return
+
+
+def limit_offset(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, (exp.Limit, exp.Offset, exp.Fetch)):
+            word = "OFFSET" if isinstance(node, exp.Offset) else "LIMIT"
+            ctx.report("PF404", f"{word} in a materialized pipe would apply to each block of new rows, not to the "
+                       "whole table.", f"Remove {word}; apply it in an endpoint that reads the target.",
+                       nt, node, word.lower())
+            return
+
+
+def having(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, exp.Having):
+            ctx.report("PF405", "HAVING filters on a partial aggregate: a group can pass in one block and fail "
+                       "once all blocks are merged.", "Remove HAVING from the materialized pipe and filter on the "
+                       "aggregate in an endpoint that reads the target.", nt, node, "having")
+            return
+
+
+def distinct(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, exp.Union) and node.args.get("distinct"):
+            ctx.report("PF403", "UNION (without ALL) removes duplicates across the whole table, which a block of new "
+                       "rows cannot see.", "Use UNION ALL.", nt, node, "union")
+            return
+        if isinstance(node, exp.Select) and node.args.get("distinct"):
+            if node is not ctx.output.tree or aggregates_in(node):
+                ctx.report("PF403", "SELECT DISTINCT here cannot be rewritten into a mergeable GROUP BY.",
+                           "Use DISTINCT only in the materialized node's SELECT, without aggregates, or "
+                           "GROUP BY the columns instead.", nt, node, "distinct")
+                return
+
+
+def non_deterministic(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        call = call_of(node) if isinstance(node, exp.Func) else None
+        if call is not None and call.name in NON_DETERMINISTIC:
+            ctx.report("PF407", f"{call.written}() is non-deterministic: replaying or backfilling a block would "
+                       "give different rows.", "Use a column of the source instead (e.g. the event timestamp), "
+                       "or compute it in an endpoint.", nt, node, call.written)
+            return
+
+
+def nested_aggregates(ctx: ViewContext) -> None:
+    for nt in ctx.nodes[:-1]:
+        for node in nt.tree.walk():
+            if is_aggregate(node) and not node.find_ancestor(exp.Window):
+                ctx.report("PF406", f"Node `{nt.node.name}` aggregates before the materialized node does: "
+                           "aggregates over aggregates in one pipe cannot be merged block by block.",
+                           "Split this into cascading materialized pipes: materialize the inner aggregate into a "
+                           "datasource, then aggregate that in a second materialized pipe.", nt, node)
+                return
+    out = ctx.output
+    for agg in aggregates_in(out.tree):
+        for inner in agg.walk():
+            if inner is not agg and is_aggregate(inner):
+                ctx.report("PF406", "An aggregate inside another aggregate cannot be merged block by block.",
+                           "Split this into cascading materialized pipes.", out, inner)
+                return
+    for sub in out.tree.find_all(exp.Subquery):
+        if any(is_aggregate(n) for n in sub.walk()):
+            ctx.report("PF406", "A subquery with an aggregate feeds the materialized node; it would only see "
+                       "the new block.", "Split this into cascading materialized pipes.", out, sub)
+            return
+
+
+
+def mergeable_aggregates(ctx: ViewContext) -> None:
+    select = ctx.output_select
+    if select is None:
+        return
+    out = ctx.output
+    for projection in select.expressions:
+        aggs = aggregates_in(projection)
+        if not aggs:
+            continue
+        body = projection.this if isinstance(projection, exp.Alias) else projection
+        if body is not aggs[0]:
+            ctx.report("PF408", "An expression that combines aggregates cannot be stored as one mergeable state.",
+                       "Materialize each aggregate as its own column (e.g. sum(x) AS total, count(*) AS n) and "
+                       "combine them in an endpoint.", out, projection)
+            continue
+        call = call_of(body)
+        assert call is not None
+        comb = combinator(call)
+        if comb is not None:
+            continue
+        if call.name in NOT_MERGEABLE:
+            why, fix = NOT_MERGEABLE[call.name]
+            ctx.report("PF408", f"{call.written}() has no mergeable state: {why}.", f"Instead, {fix}.", out, body,
+                       call.written)
+        elif call.distinct:
+            if call.name != "count":
+                ctx.report("PF403", f"{call.written}(DISTINCT ...) cannot be merged block by block.",
+                           "Remove DISTINCT, or compute it in an endpoint.", out, body, "distinct")
+            elif ctx.output.node.count_distinct is None:
+                ctx.report("PF411", "count(DISTINCT x) needs a set or sketch state to be merged block by block.",
+                           "Add `COUNT_DISTINCT exact` (a set of values) or `COUNT_DISTINCT sketch` (an HLL "
+                           "sketch, ~1.6% error) to the node, or write approx_count_distinct(x).", out, body)
+        elif call.name not in BY_PLAIN_NAME and call.name != "count":
+            ctx.report("PF408", f"{call.written}() has no mergeable state in pipeframe.",
+                       "Use one of: count, sum, min, max, avg, approx_count_distinct, percentile_approx, max_by, "
+                       "min_by, variance, stddev (or their State forms).", out, body, call.written)
+
+
+def reads_own_target(ctx: ViewContext) -> None:
+    for nt in ctx.nodes:
+        for table in nt.tree.find_all(exp.Table):
+            if table.name == ctx.target:
+                ctx.report("PF409", f"The pipe reads its own target `{ctx.target}`: every block would feed back "
+                           "into itself.", "Read the source datasource instead, or materialize into a different "
+                           "datasource.", nt, table)
+                return
+
+
+def outer_joins(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, exp.Join) and (node.side or "").upper() in ("RIGHT", "FULL"):
+            ctx.report("PF415", f"A {node.side.upper()} JOIN would emit the other table's unmatched rows again "
+                       "with every block.", "Use an INNER or LEFT JOIN with the triggering datasource on the left.",
+                       nt, node, node.side.lower())
+            return
+
+
+def join_triggers(ctx: ViewContext) -> None:
+    declared = set(ctx.output.node.dimensions) | {d for nt in ctx.nodes for d in nt.node.dimensions}
+    warned: set[str] = set()
+    for name, nt, table in ctx.other_tables:
+        if name in declared or name in warned or name == ctx.trigger:
+            continue
+        warned.add(name)
+        ctx.report("PF410", f"Only `{ctx.trigger}` triggers this view; new rows in `{name}` will not update it.",
+                   f"If `{name}` is a lookup table, declare it with `DIMENSIONS {name}` on the node; otherwise "
+                   "use a separate materialized pipe.", nt, table, severity="warning")
+
+
+def cascade_states(ctx: ViewContext) -> None:
+    """A view over another view's target sees partial state rows; only roll-ups of those states are correct."""
+    if not ctx.upstream_states:
+        return
+    select = ctx.output_select
+    out = ctx.output
+    upstream = ctx.upstream_name
+    for nt in ctx.nodes:
+        for column in nt.tree.find_all(exp.Column):
+            state = ctx.upstream_states.get(column.name)
+            if state is None:
+                continue
+            agg = column.find_ancestor(exp.AggFunc, exp.Anonymous)
+            call = call_of(agg) if agg is not None else None
+            ok = False
+            if call is not None and nt is out and select is not None:
+                comb = combinator(call)
+                if comb is not None:
+                    ok = comb[0].kind == state.kind and comb[1] == "MergeState"
+                else:
+                    ok = call.name in state.rollup and not call.distinct
+            if not ok:
+                fixes = [f"{r}({column.name})" for r in state.rollup] + [f"{state.clickhouse_names[0]}MergeState("
+                                                                          f"{column.name})"] \
+                    if state.clickhouse_names else [f"{r}({column.name})" for r in state.rollup]
+                ctx.report("PF412", f"`{column.name}` of `{upstream}` holds partial {state.kind} states: a view over "
+                           "it sees one row per block, not final values.",
+                           f"Roll it up with {' or '.join(fixes)}.", nt, column)
+                return
+    if select is not None:
+        for agg in aggregates_in(select):
+            call = call_of(agg)
+            if call is not None and call.name == "count" and (call.star or not call.args):
+                ctx.report("PF412", f"count(*) over `{upstream}` counts partial state rows, not source rows.",
+                           f"Sum the upstream count column instead, e.g. sum(<count column of {upstream}>).",
+                           out, agg)
+                return
+
+
+RULES: tuple[Callable[[ViewContext], None], ...] = (
+    window_functions, order_by, limit_offset, having, distinct, non_deterministic, nested_aggregates,
+    mergeable_aggregates, reads_own_target, outer_joins, cascade_states, join_triggers,
+)
+
+
+def check_view(ctx: ViewContext) -> list[Diagnostic]:
+    """Run every rule; returns the problems found (errors reject the view, warnings do not)."""
+    for rule in RULES:
+        rule(ctx)
+    return ctx.problems

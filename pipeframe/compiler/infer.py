@@ -1,0 +1,118 @@
+"""Light, JVM-free type inference for SELECT outputs: enough to generate and check materialized targets.
+
+Unknown expressions infer as None ("Spark decides at deploy"); a check is skipped rather than guessed.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from sqlglot import exp
+
+from pipeframe.compiler.aggregates import BY_PLAIN_NAME, state_type_for
+from pipeframe.compiler.functions import call_of, combinator
+from pipeframe.compiler.types import TypeProblem, from_sqlglot, normalize_type
+
+Scope = Mapping[str, str | None]  # column name (and `alias.column`) -> Spark type
+
+INTEGRAL = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+NUMERIC_ORDER = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
+FUNCTION_TYPES = {
+    "date_trunc": "TIMESTAMP", "to_timestamp": "TIMESTAMP", "timestamp_seconds": "TIMESTAMP",
+    "from_unixtime": "STRING", "to_date": "DATE", "date": "DATE", "date_add": "DATE", "date_sub": "DATE",
+    "current_date": "DATE", "year": "INT", "month": "INT", "day": "INT", "dayofmonth": "INT", "hour": "INT",
+    "minute": "INT", "second": "INT", "dayofweek": "INT", "weekofyear": "INT", "quarter": "INT",
+    "datediff": "INT", "length": "INT", "char_length": "INT", "size": "INT", "lower": "STRING",
+    "upper": "STRING", "concat": "STRING", "concat_ws": "STRING", "substring": "STRING", "substr": "STRING",
+    "trim": "STRING", "ltrim": "STRING", "rtrim": "STRING", "regexp_extract": "STRING", "replace": "STRING",
+    "regexp_replace": "STRING", "date_format": "STRING", "split_part": "STRING", "md5": "STRING",
+    "sha2": "STRING", "initcap": "STRING", "lpad": "STRING", "rpad": "STRING", "get_json_object": "STRING",
+    "window": "STRUCT<start: TIMESTAMP, end: TIMESTAMP>", "count": "BIGINT", "count_if": "BIGINT",
+    "approx_count_distinct": "BIGINT", "avg": "DOUBLE", "mean": "DOUBLE", "stddev": "DOUBLE",
+    "stddev_samp": "DOUBLE", "stddev_pop": "DOUBLE", "std": "DOUBLE", "variance": "DOUBLE", "var_samp": "DOUBLE",
+    "var_pop": "DOUBLE", "percentile_approx": "DOUBLE", "approx_percentile": "DOUBLE", "unix_timestamp": "BIGINT",
+    "floor": "BIGINT", "ceil": "BIGINT", "ceiling": "BIGINT", "sqrt": "DOUBLE", "ln": "DOUBLE", "log": "DOUBLE",
+    "exp": "DOUBLE", "pow": "DOUBLE", "power": "DOUBLE", "hash": "INT", "xxhash64": "BIGINT",
+}
+SAME_AS_FIRST_ARG = {"min", "max", "abs", "coalesce", "nvl", "ifnull", "greatest", "least", "first", "last",
+                     "any_value", "max_by", "min_by", "round", "bround", "nullif", "distinct"}
+
+
+def widen(a: str | None, b: str | None) -> str | None:
+    if a is None or b is None:
+        return a or b
+    if a == b:
+        return a
+    if a in NUMERIC_ORDER and b in NUMERIC_ORDER:
+        return max(a, b, key=NUMERIC_ORDER.index)
+    if {a, b} == {"DATE", "TIMESTAMP"}:
+        return "TIMESTAMP"
+    return None
+
+
+def _cast_type(node: exp.Cast) -> str | None:
+    try:
+        return normalize_type(node.to.sql(dialect="spark"))
+    except TypeProblem:
+        return from_sqlglot(node.to)
+
+
+def infer(node: exp.Expression, scope: Scope) -> str | None:
+    """The Spark type of ``node`` evaluated over ``scope``, or None when unsure."""
+    if isinstance(node, (exp.Alias, exp.Paren)):
+        return infer(node.this, scope)
+    if isinstance(node, exp.Column):
+        qualified = f"{node.table}.{node.name}" if node.table else node.name
+        return scope.get(qualified, scope.get(node.name))
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return _cast_type(node)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return "STRING"
+        return "INT" if node.this.lstrip("-").isdigit() and abs(int(node.this)) < 2**31 else (
+            "BIGINT" if node.this.lstrip("-").isdigit() else "DOUBLE")
+    if isinstance(node, exp.Boolean) or isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
+        return "BOOLEAN"
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Div):
+        return "DOUBLE"
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+        left, right = infer(node.left, scope), infer(node.right, scope)
+        if isinstance(node, (exp.Add, exp.Sub)) and left in ("DATE", "TIMESTAMP"):
+            return left
+        return widen(left, right) if left in NUMERIC_ORDER and right in NUMERIC_ORDER else None
+    if isinstance(node, exp.Case):
+        result = None
+        for branch in node.args.get("ifs") or []:
+            result = widen(result, infer(branch.args["true"], scope))
+        if node.args.get("default") is not None:
+            result = widen(result, infer(node.args["default"], scope))
+        return result
+    if isinstance(node, exp.If):
+        return widen(infer(node.args["true"], scope),
+                     infer(node.args["false"], scope) if node.args.get("false") is not None else None)
+    if isinstance(node, exp.Func):
+        return _function_type(node, scope)
+    return None
+
+
+def _function_type(node: exp.Func, scope: Scope) -> str | None:
+    call = call_of(node)
+    if call is None:
+        return None
+    arg_types = tuple(infer(a, scope) for a in call.args)
+    comb = combinator(call)
+    if comb is not None:
+        state, form = comb
+        if form in ("State", "StateIf", "MergeState"):
+            return state_type_for(state, arg_types) if form != "MergeState" else arg_types[0] if arg_types else None
+        return FUNCTION_TYPES.get(next(iter(state.plain_names), state.kind), None) if state.kind not in (
+            "sum", "min", "max") else (arg_types[0] if state.kind != "sum" else state_type_for(state, arg_types))
+    if call.name == "sum":
+        return BY_PLAIN_NAME["sum"].state_type(arg_types) if arg_types else None
+    if call.name in SAME_AS_FIRST_ARG:
+        return arg_types[0] if arg_types else None
+    if call.name == "collect_set":
+        return f"ARRAY<{arg_types[0]}>" if arg_types and arg_types[0] else None
+    return FUNCTION_TYPES.get(call.name)

@@ -1,0 +1,131 @@
+"""Parsing node SQL with sqlglot (Spark dialect) and mapping AST nodes back to file positions.
+
+Also owns the ClickHouse-isms pipeframe accepts in SQL: parametric calls like `quantilesMerge(0.5)(x)`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from pipeframe.errors import Location, PipeframeError
+
+DIALECT = "spark"
+# `quantilesState(0.5, 0.9)(x)` → `quantilesState(x, 0.5, 0.9)`: the catalog knows the first argument is x.
+PARAMETRIC_CALL = re.compile(r"\b(quantiles?(?:TDigest)?(?:State|Merge|MergeState|If|StateIf)?)\s*\(([^()]*)\)\s*\(")
+
+
+def preprocess(sql: str) -> str:
+    """Rewrite ClickHouse parametric aggregate syntax into plain calls Spark's grammar accepts."""
+    if "(" not in sql or not PARAMETRIC_CALL.search(sql):
+        return sql
+    out, pos = [], 0
+    for match in PARAMETRIC_CALL.finditer(sql):
+        depth, i = 1, match.end()
+        while i < len(sql) and depth:
+            depth += {"(": 1, ")": -1}.get(sql[i], 0)
+            i += 1
+        if depth:
+            break
+        inner = sql[match.end(): i - 1]
+        out.append(sql[pos: match.start()])
+        out.append(f"{match.group(1)}({inner}, {match.group(2)})")
+        pos = i
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def position(sql: str, offset: int, base: Location) -> Location:
+    """The file location of character ``offset`` of a SQL block that starts at ``base``."""
+    line = sql.count("\n", 0, offset)
+    col = offset - (sql.rfind("\n", 0, offset) + 1)
+    return Location(base.path, base.line + line, (base.col if line == 0 else base.col) + col)
+
+
+def parse_select(sql: str, base: Location) -> exp.Expression:
+    """Parse one SQL statement; raises PipeframeError PF303 located at the offending token."""
+    text = preprocess(sql)
+    try:
+        statements = sqlglot.parse(text, read=DIALECT)
+    except ParseError as exc:
+        err = exc.errors[0] if exc.errors else {}
+        line, col = err.get("line") or 1, err.get("col") or 1
+        desc = (err.get("description") or str(exc)).split("\n")[0]
+        raise PipeframeError("PF303", f"SQL syntax error: {desc.rstrip('.')}.",
+                             "Fix the SQL near this position (Spark SQL syntax).",
+                             Location(base.path, base.line + line - 1, base.col + max(col - 1, 0))) from None
+    except TokenError as exc:
+        raise PipeframeError("PF303", f"SQL cannot be tokenized: {str(exc).splitlines()[0]}.",
+                             "Check for an unclosed quote or comment.", base) from None
+    except (RecursionError, ValueError) as exc:  # pathological input
+        raise PipeframeError("PF303", f"SQL cannot be parsed: {type(exc).__name__}.",
+                             "Simplify the query.", base) from None
+    statements = [s for s in statements if s is not None]
+    if len(statements) != 1:
+        raise PipeframeError("PF303", f"A node must hold exactly one SQL statement, found {len(statements)}.",
+                             "Remove the extra `;`-separated statements or split them into nodes.", base)
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise PipeframeError("PF303", f"A node must be a query (SELECT ...), found {tree.key.upper()}.",
+                             "Write a SELECT; pipeframe manages tables itself.", base)
+    return tree
+
+
+def locate(node: exp.Expression, sql: str, base: Location, keyword: str | None = None) -> Location:
+    """Best-effort position of an AST node in the SQL block: token metadata, else a text search."""
+    for candidate in (node, next(node.find_all(exp.Identifier), None)):
+        meta = (getattr(candidate, "meta", None) or {}) if candidate is not None else {}
+        if "line" in meta and "col" in meta and not keyword:
+            # sqlglot's `col` is where the token ends; step back to where it starts.
+            start = meta["col"] - (meta["end"] - meta["start"]) if "start" in meta and "end" in meta else meta["col"]
+            return Location(base.path, base.line + meta["line"] - 1, base.col + max(start - 1, 0))
+    probes = [keyword] if keyword else []
+    if isinstance(node, exp.Func):
+        probes.append(node.sql_name() if not isinstance(node, exp.Anonymous) else node.name)
+    probes.append(node.sql(dialect=DIALECT)[:40])
+    lowered = sql.lower()
+    for probe in probes:
+        if probe:
+            found = lowered.find(probe.lower())
+            if found >= 0:
+                return position(sql, found, base)
+    return base
+
+
+def table_names(tree: exp.Expression) -> list[exp.Table]:
+    """Tables a query reads, excluding names defined by its own CTEs."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    return [t for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes and not t.args.get("db")]
+
+
+def to_sql(tree: exp.Expression, pretty: bool = False) -> str:
+    return tree.sql(dialect=DIALECT, pretty=pretty)
+
+
+def inline(ctes: list[tuple[str, exp.Query]], final: exp.Query) -> exp.Query:
+    """One statement: earlier nodes become CTEs (in order) ahead of the final node's own CTEs."""
+    final = final.copy()
+    if not ctes:
+        return final
+    new = [exp.CTE(this=tree.copy(), alias=exp.TableAlias(this=exp.to_identifier(name))) for name, tree in ctes]
+    existing = final.args.get("with_")
+    if existing is not None:
+        existing.set("expressions", new + list(existing.expressions))
+    else:
+        final.set("with_", exp.With(expressions=new))
+    return final
+
+
+def rename_tables(tree: exp.Expression, renames: dict[str, str]) -> exp.Expression:
+    """Point table references at other relations (e.g. a source at its batch of new rows)."""
+    tree = tree.copy()
+    for table in tree.find_all(exp.Table):
+        if table.name in renames and not table.args.get("db"):
+            alias = table.alias or table.name
+            table.set("this", exp.to_identifier(renames[table.name]))
+            if not table.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    return tree

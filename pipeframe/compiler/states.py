@@ -1,0 +1,195 @@
+"""Rewrites a materialized pipe's output SELECT into the SQL that turns a block of new rows into state
+rows, and describes how the target's columns finalize when the target is read by name (section 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+
+from pipeframe.compiler.aggregates import BY_KIND, BY_PLAIN_NAME, AggregateState, state_type_for
+from pipeframe.compiler.functions import aggregates_in, call_of, combinator
+from pipeframe.compiler.incremental import ViewContext
+from pipeframe.compiler.infer import Scope, infer
+from pipeframe.compiler.sql import DIALECT, inline, rename_tables, to_sql
+
+BATCH_RELATION = "__pf_batch"  # the engine registers the block of new source rows under this name
+VALUE_TYPES = {"count": "BIGINT", "count_if": "BIGINT", "avg": "DOUBLE", "uniq": "BIGINT", "uniq_exact": "INT",
+               "quantiles": "DOUBLE", "var_samp": "DOUBLE", "var_pop": "DOUBLE", "stddev_samp": "DOUBLE",
+               "stddev_pop": "DOUBLE"}
+
+
+@dataclass(frozen=True)
+class ViewColumn:
+    """A column of a materialized target: a key, a plain value, or a state."""
+
+    name: str
+    type: str | None  # physical type (the state's type for state columns); None: Spark decides at deploy
+    state: str | None = None  # AggregateState.kind
+    params: tuple[str, ...] = ()
+    value_type: str | None = None  # the type users see when reading the target by name
+    explicit: bool = False  # written as xState(...): reads return the merged state, for xMerge(...)
+
+    def read_sql(self) -> str:
+        """How reading the target by name presents this column (over the grouped state rows)."""
+        col = f"`{self.name}`"
+        if self.state is None:
+            return col
+        state = BY_KIND[self.state]
+        sql = state.combine_sql(col) if self.explicit else state.finalize_sql(col, list(self.params))
+        return f"{sql} AS {col}"
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    keys: tuple[str, ...]
+    columns: tuple[ViewColumn, ...]
+    state_sql: str
+    rewrites: tuple[str, ...]
+    aggregated: bool
+
+    def read_sql(self, relation: str) -> str:
+        """SELECT over the physical target that merges state rows per key into user-visible values."""
+        if not self.aggregated:
+            return f"SELECT * FROM {relation}"
+        cols = ", ".join(c.read_sql() for c in self.columns)
+        group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
+        return f"SELECT {cols} FROM {relation}{group}"
+
+    def compact_sql(self, relation: str) -> str:
+        """SELECT that folds state rows into one row per key, still as states (for optimize)."""
+        if not self.aggregated:
+            return f"SELECT * FROM {relation}"
+        cols = ", ".join(
+            f"`{c.name}`" if c.state is None else f"{BY_KIND[c.state].combine_sql(f'`{c.name}`')} AS `{c.name}`"
+            for c in self.columns)
+        group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
+        return f"SELECT {cols} FROM {relation}{group}"
+
+
+def _params_of(call_args: tuple[exp.Expression, ...]) -> list[str]:
+    params: list[str] = []
+    for arg in call_args:
+        if isinstance(arg, exp.Array):
+            params.extend(to_sql(e) for e in arg.expressions)
+        elif isinstance(arg, exp.Anonymous) and str(arg.this).lower() == "array":
+            params.extend(to_sql(e) for e in arg.expressions)
+        else:
+            params.append(to_sql(arg))
+    return params
+
+
+def resolve_state(ctx: ViewContext, body: exp.Expression) -> tuple[AggregateState, list[str], list[str], str, bool]:
+    """(state, argument SQL, parameters, rewrite note, explicit) for one aggregate projection."""
+    call = call_of(body)
+    assert call is not None
+    args = [to_sql(a) for a in call.args]
+    comb = combinator(call)
+    if comb is not None:
+        state, form = comb
+        if form == "MergeState":
+            return state, args, [], "", True
+        if state.parametric:
+            x, params = args[:1], _params_of(call.args[1:]) if form in ("State", "") else []
+            return state, x, params, "", form.startswith("State")
+        if form in ("StateIf", "If"):
+            cond = args[-1]
+            if state.kind == "count":
+                return BY_KIND["count_if"], [cond], [], "", form == "StateIf"
+            values = [f"CASE WHEN {cond} THEN {a} END" for a in args[:-1]]
+            return state, values, [], "", form == "StateIf"
+        return state, args, [], "", True
+    if call.name == "count" and call.distinct:
+        kind = "uniq_exact" if ctx.output.node.count_distinct == "exact" else "uniq"
+        return BY_KIND[kind], args, [], f"count(DISTINCT …) → {kind} state (COUNT_DISTINCT {ctx.output.node.count_distinct})", False
+    if call.name == "count":
+        return BY_KIND["count"], args, [], "", False
+    state = BY_PLAIN_NAME[call.name]
+    params = _params_of(call.args[1:2]) if state.parametric else []
+    return state, args[: state.arity or 1] if state.parametric else args, params, "", False
+
+
+def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str | None]]) -> ViewPlan:
+    """Build the state SQL and the target columns for an accepted materialized pipe."""
+    out = ctx.output
+    tree = out.tree
+    rewrites: list[str] = []
+    columns: list[ViewColumn] = []
+    keys: list[str] = []
+    select = tree if isinstance(tree, exp.Select) else None
+    aggregated = select is not None and (bool(aggregates_in(select)) or select.args.get("group") is not None)
+    new_tree = tree.copy()
+    if select is not None and select.args.get("distinct") and not aggregated:
+        new_tree.set("distinct", None)
+        new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
+                                                     for i in range(len(new_tree.expressions))]))
+        rewrites.append("SELECT DISTINCT → GROUP BY every column")
+        aggregated = True
+    projections = new_tree.expressions if isinstance(new_tree, exp.Select) else (
+        new_tree.selects if isinstance(new_tree, exp.Query) else [])
+    for projection in projections:
+        if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
+            columns.extend(ViewColumn(n, t, value_type=t) for n, t in star_columns)
+            keys.extend(n for n, _ in star_columns)
+            continue
+        name = projection.alias_or_name
+        body = projection.this if isinstance(projection, exp.Alias) else projection
+        if not isinstance(new_tree, exp.Select) or not aggregates_in(projection):
+            col_type = infer(body, scope)
+            columns.append(ViewColumn(name, col_type, value_type=col_type))
+            keys.append(name)
+            continue
+        state, args, params, note, explicit = resolve_state(ctx, body)
+        arg_nodes = call_of(body).args  # type: ignore[union-attr]
+        arg_types = tuple(infer(a, scope) for a in arg_nodes)
+        comb = combinator(call_of(body))  # type: ignore[arg-type]
+        if comb is not None and comb[1] == "MergeState":
+            state_sql = state.combine_sql(args[0])
+            physical = arg_types[0]
+        else:
+            state_sql = state.state_sql(args, params)
+            physical = state_type_for(state, arg_types)
+        value_type = VALUE_TYPES.get(state.kind)
+        if state.kind in ("sum",):
+            value_type = physical
+        elif state.kind in ("min", "max"):
+            value_type = arg_types[0] if arg_types else None
+        elif state.kind in ("arg_max", "arg_min"):
+            value_type = arg_types[0] if arg_types else None
+        if state.kind == "quantiles" and len(params) > 1:
+            value_type = "ARRAY<DOUBLE>"
+        projection.replace(exp.alias_(sqlglot.parse_one(state_sql, read=DIALECT), name, quoted=True))
+        if not explicit and not note:
+            note = f"{name}: {to_sql(body)} → {state.kind} state"
+        if note:
+            rewrites.append(note)
+        columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))
+    if not aggregated:
+        keys = []
+    earlier = [(nt.node.name, nt.tree) for nt in ctx.nodes[:-1]]
+    assembled = inline(earlier, new_tree)
+    if ctx.trigger:
+        assembled = rename_tables(assembled, {ctx.trigger: BATCH_RELATION})
+    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), to_sql(assembled), tuple(rewrites),
+                    aggregated)
+
+
+def translate_merges(tree: exp.Expression) -> exp.Expression:
+    """Reads may call `xMerge(col)` (finalize a state) and `xMergeState(col)` (merge states), as in
+    Tinybird/ClickHouse; rewrite them into the Spark expressions of the catalog."""
+    anonymous = [n for n in tree.find_all(exp.Anonymous)]
+    if not anonymous:
+        return tree
+    tree = tree.copy()
+    for node in list(tree.find_all(exp.Anonymous)):
+        call = call_of(node)
+        comb = combinator(call) if call is not None else None
+        if call is None or comb is None or comb[1] not in ("Merge", "MergeState") or not call.args:
+            continue
+        state, form = comb
+        column = to_sql(call.args[0])
+        params = _params_of(call.args[1:])
+        sql = state.combine_sql(column) if form == "MergeState" else state.finalize_sql(column, params)
+        node.replace(sqlglot.parse_one(sql, read=DIALECT))
+    return tree

@@ -1,0 +1,196 @@
+"""Line-oriented lexing of datafiles: `KEYWORD value` lines and `KEYWORD >` indented blocks.
+
+Handles `#` comments, `$VAR`/`${VAR}` substitution and `INCLUDE` splicing, keeping every line's origin.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from pipeframe.errors import DiagnosticSink, Location
+
+INDENT = "    "
+VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+KEYWORD_PATTERN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:[ \t]+(.*))?$")
+MAX_INCLUDE_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    text: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One keyword with its value: a one-line value, or a block of dedented lines."""
+
+    keyword: str
+    value: str
+    location: Location  # where the keyword is
+    block: tuple[SourceLine, ...] | None = None
+
+    @property
+    def is_block(self) -> bool:
+        return self.block is not None
+
+    @property
+    def text(self) -> str:
+        """The value, or the block's lines joined (trailing blank lines dropped)."""
+        if self.block is None:
+            return self.value
+        return "\n".join(line.text for line in self.block).rstrip()
+
+    @property
+    def value_location(self) -> Location:
+        if self.block:
+            return self.block[0].location
+        return self.location.shifted(col=self.location.col + len(self.keyword) + 1)
+
+
+def substitute(text: str, variables: Mapping[str, str], location: Location, sink: DiagnosticSink,
+               strict: bool = True) -> str:
+    """Replace `$VAR`/`${VAR}`; unknown names are errors when ``strict``, else left as they are."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in variables:
+            return str(variables[name])
+        if strict:
+            sink.error("PF107", f"Variable `${name}` is not set.",
+                       f"Set the environment variable {name}, pass it as INCLUDE \"file\" \"{name}=value\", "
+                       "or remove the `$`.", location.shifted(col=location.col + match.start()))
+        return match.group(0)
+
+    return VAR_PATTERN.sub(replace, text) if "$" in text else text
+
+
+def read_lines(path: Path, display_path: str, sink: DiagnosticSink) -> list[SourceLine] | None:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        sink.error("PF101", f"File is not UTF-8 text ({exc.reason} at byte {exc.start}).",
+                   "Save the file as UTF-8.", Location(display_path))
+        return None
+    except OSError as exc:
+        sink.error("PF101", f"File cannot be read: {exc.strerror or exc}.",
+                   "Check the file exists and is readable.", Location(display_path))
+        return None
+    raw = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\t", INDENT)
+    return [SourceLine(text, Location(display_path, n)) for n, text in enumerate(raw.split("\n"), start=1)]
+
+
+class Lexer:
+    """Turns a file's lines into statements, expanding INCLUDEs and variables on the way."""
+
+    def __init__(self, root: Path, environ: Mapping[str, str], sink: DiagnosticSink) -> None:
+        self.root = root
+        self.environ = environ
+        self.sink = sink
+
+    def display(self, path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def statements(self, path: Path) -> list[Statement]:
+        lines = read_lines(path, self.display(path), self.sink)
+        if lines is None:
+            return []
+        return self._statements(self._expand(lines, path, {}, 0))
+
+    def _expand(self, lines: list[SourceLine], path: Path, include_vars: Mapping[str, str],
+                depth: int) -> list[SourceLine]:
+        """Substitute variables and splice INCLUDE files in place."""
+        out: list[SourceLine] = []
+        variables = {**self.environ, **include_vars}
+        for line in lines:
+            text = line.text
+            stripped = text.strip()
+            if stripped.startswith("#") and not text.startswith(" "):
+                continue
+            if text.startswith("INCLUDE ") or text.strip() == "INCLUDE":
+                out.extend(self._include(line, path, include_vars, depth))
+                continue
+            out.append(SourceLine(substitute(text, variables, line.location, self.sink), line.location))
+        return out
+
+    def _include(self, line: SourceLine, path: Path, include_vars: Mapping[str, str],
+                 depth: int) -> list[SourceLine]:
+        where = line.location
+        try:
+            args = shlex.split(line.text[len("INCLUDE"):])
+        except ValueError as exc:
+            self.sink.error("PF106", f"INCLUDE line cannot be read: {exc}.",
+                            'Write INCLUDE "path/to/file.incl" "VAR=value".', where)
+            return []
+        if not args:
+            self.sink.error("PF106", "INCLUDE needs a file path.", 'Write INCLUDE "includes/file.incl".', where)
+            return []
+        if depth >= MAX_INCLUDE_DEPTH:
+            self.sink.error("PF106", f"INCLUDE nested more than {MAX_INCLUDE_DEPTH} levels deep (a loop?).",
+                            "Remove the INCLUDE that includes its own includer.", where)
+            return []
+        target = next((c for c in (path.parent / args[0], self.root / args[0]) if c.is_file()), None)
+        if target is None:
+            self.sink.error("PF106", f"Included file `{args[0]}` does not exist.",
+                            "Give the path relative to this file or to the project root.", where)
+            return []
+        variables = dict(include_vars)
+        for arg in args[1:]:
+            name, eq, value = arg.partition("=")
+            if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                self.sink.error("PF106", f"INCLUDE argument `{arg}` is not of the form NAME=value.",
+                                'Write INCLUDE "file.incl" "COLUMN=ts".', where)
+                continue
+            variables[name] = value
+        included = read_lines(target, self.display(target), self.sink)
+        return [] if included is None else self._expand(included, target, variables, depth + 1)
+
+    def _statements(self, lines: list[SourceLine]) -> list[Statement]:
+        statements: list[Statement] = []
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            text = line.text
+            if not text.strip():
+                i += 1
+                continue
+            if text[0] == " ":
+                indent = len(text) - len(text.lstrip(" "))
+                self.sink.error("PF103", f"Indented line outside a block (indent {indent}).",
+                                "Indent block content under a `KEYWORD >` line, or start keywords at column 1.",
+                                line.location.shifted(col=indent + 1))
+                i += 1
+                continue
+            match = KEYWORD_PATTERN.match(text.rstrip())
+            if match is None:
+                self.sink.error("PF101", f"Expected a KEYWORD at the start of the line, found `{text.strip()[:40]}`.",
+                                "Start each line with a keyword such as NODE, SQL, SCHEMA or DESCRIPTION.",
+                                line.location)
+                i += 1
+                continue
+            keyword, value = match.group(1), (match.group(2) or "").strip()
+            if value == ">":
+                block: list[SourceLine] = []
+                i += 1
+                while i < len(lines) and (not lines[i].text.strip() or lines[i].text.startswith(" ")):
+                    body = lines[i]
+                    if body.text.strip() and not body.text.startswith(INDENT):
+                        self.sink.error("PF103", f"Block line under {keyword} is indented by fewer than 4 spaces.",
+                                        "Indent every line of a `KEYWORD >` block by exactly 4 spaces.", body.location)
+                    dedented = body.text[len(INDENT):] if body.text.startswith(INDENT) else body.text.lstrip(" ")
+                    block.append(SourceLine(dedented, body.location.shifted(col=len(INDENT) + 1)))
+                    i += 1
+                while block and not block[-1].text.strip():
+                    block.pop()
+                statements.append(Statement(keyword, "", line.location, tuple(block)))
+                continue
+            statements.append(Statement(keyword, value, line.location))
+            i += 1
+        return statements

@@ -1,0 +1,356 @@
+"""Spark sessions: the one place in pipeframe that creates a SparkSession (embedded Spark + Delta, or Connect).
+
+Resolves Spark settings from a ProjectConfig without a JVM, checks Java first, and turns start failures into
+PipeframeError (PF501 Java, PF502 Connect extras, PF503 start failure, PF504 bad PIPEFRAME_SPARK_JARS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from pipeframe.config import STATE_DIR, ProjectConfig
+from pipeframe.errors import PipeframeError
+
+if TYPE_CHECKING:  # pyspark is imported lazily so that `pipeframe check` never pays for it
+    from pyspark.sql import SparkSession
+
+JARS_ENV = "PIPEFRAME_SPARK_JARS"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+MIN_JAVA = 17
+LOG_FILE = "spark.log"
+_LOG_ROTATE_BYTES = 5_000_000
+_JAVA_HINT = ("Install Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`, `brew install openjdk@17` "
+              "or https://adoptium.net) and put it on PATH or point JAVA_HOME at it.")
+_OFFLINE_HINT = (f"Delta Lake's jars come from Maven Central on the first start; go online once, or set {JARS_ENV} "
+                 "to pre-downloaded jars (see docs/offline-jars.md).")
+
+
+def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark conf pipeframe uses for ``config``, resolved without a JVM; ``config.spark.conf`` wins.
+
+    Embedded sessions get the full launch conf. A Spark Connect session gets only session-level settings,
+    because the server owns everything else (Delta extension, warehouse, jars).
+    """
+    environ = os.environ if environ is None else environ
+    local = not config.spark.remote and _is_local(config.spark.master)
+    if config.spark.remote:
+        settings = {"spark.remote": config.spark.remote}
+    else:
+        settings = {
+            "spark.master": config.spark.master,
+            "spark.app.name": f"pipeframe:{config.name}",
+            "spark.sql.extensions": DELTA_EXTENSION,
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+            "spark.sql.warehouse.dir": config.warehouse_uri.rstrip("/") + "/spark-warehouse",
+            "spark.ui.enabled": "false",
+            # The console progress bar would garble CLI output (and the JVM log file).
+            "spark.ui.showConsoleProgress": "false",
+            # Same effect as sparkContext.setLogLevel("ERROR") right after start, but users can override it.
+            "spark.log.level": "ERROR",
+        }
+        jars = offline_jars(environ)
+        if jars:
+            settings["spark.jars"] = ",".join(jars)
+    if local:
+        settings.update({
+            # An embedded driver talks only to itself; binding to loopback avoids the classic failures on
+            # laptops whose hostname resolves to a VPN or unreachable address.
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            # Local data is small: Spark's 200 shuffle partitions and Delta's 50 log-replay partitions turn
+            # every query into hundreds of tiny tasks. Cluster masters keep Spark's defaults (AQE tunes them).
+            "spark.sql.shuffle.partitions": "4",
+            "spark.databricks.delta.snapshotPartitions": "2",
+        })
+    settings.update({
+        # Timestamps without a zone (DateTime parameters, date_trunc, partition keys) must not depend on the
+        # machine that runs the pipe.
+        "spark.sql.session.timeZone": "UTC",
+        # Schema changes go through `pipeframe deploy` (FORWARD_QUERY); a write must never widen a table by
+        # itself, even where a cluster's spark-defaults.conf turns this on.
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    })
+    user = dict(config.spark.conf)
+    if "spark.jars" in settings and user.get("spark.jars"):
+        # Jar lists add up: dropping the Delta jars would break every table.
+        user["spark.jars"] = settings["spark.jars"] + "," + user["spark.jars"]
+    settings.update(user)
+    return settings
+
+
+def offline_jars(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The jar files named by PIPEFRAME_SPARK_JARS (jar paths and/or folders of jars), as absolute paths."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(JARS_ENV, "").strip()
+    jars: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        path = Path(item).expanduser().resolve()
+        if path.is_dir():
+            found = sorted(str(p) for p in path.glob("*.jar"))
+            if not found:
+                raise PipeframeError("PF504", f"{JARS_ENV} names the folder {path}, which holds no .jar files.",
+                                     "Download the Delta Lake jars into it first (see docs/offline-jars.md).")
+            jars.extend(found)
+        elif path.is_file() and path.suffix == ".jar":
+            jars.append(str(path))
+        else:
+            raise PipeframeError("PF504", f"{JARS_ENV} names {item}, which is neither a .jar file nor a folder.",
+                                 f"Set {JARS_ENV} to comma-separated jar paths or a folder of jars, "
+                                 "or unset it to download Delta Lake from Maven Central.")
+    return jars
+
+
+def java_problem() -> str | None:
+    """One sentence saying why Java cannot run Spark 4 here (missing or older than 17), or None if it can.
+
+    Looks where Spark's launcher looks: JAVA_HOME/bin/java when JAVA_HOME is set, else `java` on PATH.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = Path(java_home) / "bin" / ("java.exe" if os.name == "nt" else "java")
+        if not java.is_file():
+            return f"JAVA_HOME is set to {java_home}, but {java} does not exist."
+        where = f"JAVA_HOME ({java_home})"
+    else:
+        found = shutil.which("java")
+        if found is None:
+            return "Java is not installed (no `java` on PATH and JAVA_HOME is not set); Spark needs Java 17 or newer."
+        java, where = Path(found), f"`java` on PATH ({found})"
+    try:
+        done = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{where} could not run `java -version`: {exc}."
+    major = java_major_version(done.stderr + done.stdout)
+    if major is None:
+        return f"{where} did not report a Java version (`java -version` exited with {done.returncode})."
+    if major < MIN_JAVA:
+        return f"{where} is Java {major}, but Spark 4 needs Java {MIN_JAVA} or newer."
+    return None
+
+
+def java_major_version(version_output: str) -> int | None:
+    """The major version in `java -version` output: `"1.8.0_402"` is 8, `"17.0.15"` is 17."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+@dataclass(frozen=True)
+class _Live:
+    key: tuple[tuple[str, str], ...]
+    session: SparkSession
+    remote: bool
+
+
+_lock = threading.Lock()
+_live: _Live | None = None
+
+
+def get_session(config: ProjectConfig) -> SparkSession:
+    """The process's SparkSession for ``config``: started on first use, then reused while its settings hold.
+
+    A process holds one session; asking for different settings stops the current one and starts another
+    (in the same JVM). Set PIPEFRAME_SPARK_JARS to use pre-downloaded Delta jars instead of Maven Central.
+    """
+    global _live
+    settings = spark_settings(config)
+    key = tuple(sorted(settings.items()))
+    with _lock:
+        if _live is not None and _live.key == key and _is_alive(_live):
+            return _live.session
+        _stop_locked()
+        if config.spark.remote:
+            session = _start_connect(config.spark.remote, settings)
+        else:
+            session = _start_embedded(config, settings)
+        _live = _Live(key, session, bool(config.spark.remote))
+        return session
+
+
+def stop_session() -> None:
+    """Stop the session get_session started, if any; the next get_session starts a fresh one."""
+    with _lock:
+        _stop_locked()
+
+
+def _stop_locked() -> None:
+    global _live
+    if _live is not None:
+        if _is_alive(_live):
+            _live.session.stop()
+        _live = None
+
+
+def _is_alive(live: _Live) -> bool:
+    if live.remote:
+        return not live.session.is_stopped
+    # What pyspark's own builder checks: a stopped context has dropped its Java handle.
+    return live.session.sparkContext._jsc is not None
+
+
+def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSession:
+    problem = java_problem()
+    if problem:
+        raise PipeframeError("PF501", problem, _JAVA_HINT)
+    _create_local_dir(config.warehouse_uri)
+
+    from delta import configure_spark_with_delta_pip
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    conf = dict(settings)
+    packages = [p for p in conf.pop("spark.jars.packages", "").split(",") if p.strip()]
+    builder = SparkSession.builder
+    for name, value in conf.items():
+        builder = builder.config(name, value)
+    if os.environ.get(JARS_ENV, "").strip():
+        if packages:
+            builder = builder.config("spark.jars.packages", ",".join(packages))
+    else:
+        # delta-spark's helper adds its own Maven coordinate (io.delta:delta-spark_<spark>_2.13:<delta>);
+        # spark-submit resolves it through ivy into ~/.ivy2.5.2 on the first start.
+        builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
+
+    log = _jvm_log(config)
+    with _jvm_output_into(log) as start:
+        try:
+            session = builder.getOrCreate()
+        except (Py4JError, PySparkException, OSError) as exc:
+            output = _read_from(log, start)
+            reason = first_meaningful_line(output) or first_meaningful_line(str(exc)) or type(exc).__name__
+            hint = _OFFLINE_HINT if _looks_offline(output) else (
+                f"Check spark.master and spark.conf in pipeframe.yaml; Spark's full output is in {log}.")
+            raise PipeframeError("PF503", f"Spark could not start: {_sentence(reason)}", hint) from exc
+    if DELTA_EXTENSION not in session.conf.get("spark.sql.extensions", ""):
+        raise PipeframeError("PF503", "A Spark session without Delta Lake was already running in this process.",
+                             "Stop it with spark.stop() before using pipeframe, or let pipeframe create it.")
+    return session
+
+
+def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
+    try:
+        import pyspark.sql.connect.session  # noqa: F401  # checks grpcio, pandas, pyarrow ... on import
+    except ImportError as exc:
+        version = importlib.metadata.version("pyspark")
+        raise PipeframeError("PF502", f"Spark Connect needs extra packages that are not installed ({exc}).",
+                             f'Run `pip install "pyspark[connect]=={version}"`, or remove spark.remote to use '
+                             "embedded Spark.") from exc
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    try:
+        session = SparkSession.builder.remote(url).getOrCreate()
+        for name, value in settings.items():
+            if name != "spark.remote":
+                session.conf.set(name, value)
+    except PySparkException as exc:
+        reason = first_meaningful_line(str(exc)) or type(exc).__name__
+        raise PipeframeError("PF503", f"Spark Connect at {url} is not usable: {_sentence(reason)}",
+                             "Check that the Spark Connect server is running and that spark.remote is "
+                             "sc://host:port; session-level spark.conf settings only.") from exc
+    return session
+
+
+def first_meaningful_line(text: str) -> str | None:
+    """The line of Spark/JVM output that says what went wrong: an exception's message, else the first line
+    that is neither launcher chatter nor a stack frame."""
+    lines = [line.strip().removeprefix(": ").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not _is_chatter(line)]
+    for line in lines:
+        match = _EXCEPTION_LINE.match(line)
+        if match:
+            return match.group("message") or match.group("name")
+    return lines[0] if lines else None
+
+
+_EXCEPTION_LINE = re.compile(
+    r'^(?:Exception in thread "[^"]*"\s+)?(?P<name>(?:[\w$]+\.)*[\w$]*(?:Exception|Error))(?::\s*(?P<message>.+))?$')
+_CHATTER = re.compile(
+    r"^(at |\.\.\. \d+ more|Caused by: |::|WARNING: |Picked up |Using Spark's default|Ivy Default Cache|"
+    r"The jars for the packages|Setting default log level|To adjust logging level|"
+    r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) )")
+
+
+def _is_chatter(line: str) -> bool:
+    return bool(_CHATTER.match(line))
+
+
+def _looks_offline(output: str) -> bool:
+    return any(s in output for s in ("unresolved dependency", "UnknownHostException", "download failed",
+                                     "Connection refused", "connect timed out"))
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def _create_local_dir(uri: str) -> None:
+    parsed = urlparse(uri)
+    if "://" not in uri:
+        Path(uri).mkdir(parents=True, exist_ok=True)
+    elif parsed.scheme == "file":
+        Path(parsed.path).mkdir(parents=True, exist_ok=True)
+
+
+def _jvm_log(config: ProjectConfig) -> Path:
+    log = config.root / STATE_DIR / LOG_FILE
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if log.exists() and log.stat().st_size > _LOG_ROTATE_BYTES:
+        log.replace(log.with_name(LOG_FILE + ".1"))
+    return log
+
+
+@contextlib.contextmanager
+def _jvm_output_into(log: Path) -> Iterator[int]:
+    """Send everything written to this process's stdout/stderr file descriptors into ``log`` while the
+    block runs, and yield the offset where this start's output begins.
+
+    pyspark launches the JVM as a child process that inherits these descriptors, so the JVM keeps writing
+    its ivy report, launcher warnings and log4j output to the file for its whole life, while Python's own
+    output is back on the terminal as soon as the session exists.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(log, "ab") as sink:
+        start = sink.tell()
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield start
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _read_from(log: Path, start: int) -> str:
+    with open(log, "rb") as f:
+        f.seek(start)
+        return f.read().decode("utf-8", errors="replace")

@@ -1,0 +1,133 @@
+"""`Project`: the public Python API of pipeframe. The CLI, the dev loop and the HTTP server are clients of it.
+
+A Project is a folder of datafiles plus its settings for one environment; compiling it needs no JVM.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Mapping
+
+from pipeframe.config import ProjectConfig, load_config
+from pipeframe.errors import Diagnostic, Location, PipeframeError
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """The outcome of `pipeframe check`: every diagnostic plus a summary of the project."""
+
+    project: "CompiledProject"  # noqa: F821 (imported lazily)
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict:
+        project = self.project
+        return {
+            "ok": self.ok,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+            "datasources": sorted(project.datasources),
+            "pipes": {name: p.type or "pipe" for name, p in sorted(project.pipes.items())},
+            "views": [
+                {"pipe": v.pipe, "target": v.target, "trigger": v.trigger, "verdict": v.verdict.status,
+                 "rewrites": list(v.verdict.rewrites), "dimensions": list(v.dimensions)}
+                for v in project.views
+            ],
+            "endpoints": {
+                name: [p.to_json() for p in pipe.parameters]
+                for name, pipe in sorted(project.pipes.items()) if pipe.type == "endpoint"
+            },
+        }
+
+
+class Project:
+    """A pipeframe project folder in one environment.
+
+    >>> project = Project("example_project")
+    >>> report = project.check()
+    """
+
+    def __init__(self, root: str | os.PathLike[str] = ".", env: str | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.root = Path(root).resolve()
+        self.env = env
+        self.environ = dict(os.environ if environ is None else environ)
+        if not self.root.is_dir():
+            raise PipeframeError("PF004", f"Project folder `{root}` does not exist.",
+                                 "Pass the folder that holds your .datasource and .pipe files, "
+                                 "or create one with `pipeframe init`.", Location(str(root)))
+
+    @cached_property
+    def config(self) -> ProjectConfig:
+        return load_config(self.root, self.env, self.environ)
+
+    def compile(self) -> "CompiledProject":  # noqa: F821
+        """Parse and compile every datafile; problems are in the result's diagnostics (never raised)."""
+        from pipeframe.compiler.compile import compile_project
+        from pipeframe.datafiles.loader import load_resources
+
+        resources, diagnostics = load_resources(self.root, self.config.ignore, self.environ)
+        return compile_project(resources, self.config.vars, diagnostics)
+
+    @cached_property
+    def compiled(self) -> "CompiledProject":  # noqa: F821
+        return self.compile()
+
+    def check(self) -> CheckReport:
+        project = self.compile()
+        return CheckReport(project, project.diagnostics)
+
+    def require_valid(self) -> "CompiledProject":  # noqa: F821
+        """The compiled project, or a PipeframeError carrying every error."""
+        project = self.compiled
+        if project.errors:
+            raise PipeframeError.many(project.errors)
+        return project
+
+    def sql(self, target: str) -> str:
+        """The compiled Spark SQL of `pipe` or `pipe.node`; materialized pipes also show their state SQL."""
+        project = self.compiled
+        pipe_name, _, node_name = target.partition(".")
+        pipe = project.pipes.get(pipe_name)
+        if pipe is None:
+            import difflib
+
+            close = difflib.get_close_matches(pipe_name, sorted(project.pipes), n=1)
+            if pipe_name in project.datasources:
+                hint = f"`{pipe_name}` is a datasource; query it with `pipeframe query`."
+            else:
+                hint = f"Did you mean `{close[0]}`?" if close else "Run `pipeframe check` to list the pipes."
+            errors = [d for d in project.errors if d.location and d.location.path.endswith(f"{pipe_name}.pipe")]
+            if errors:
+                raise PipeframeError.many(errors)
+            raise PipeframeError("PF301", f"Unknown pipe `{pipe_name}`.", hint)
+        if node_name:
+            nodes = dict(pipe.node_sql)
+            if node_name not in nodes:
+                raise PipeframeError("PF301", f"Pipe `{pipe_name}` has no node `{node_name}`.",
+                                     f"Nodes: {', '.join(nodes)}.")
+            return nodes[node_name]
+        return pipe.sql
+
+    def graph(self, fmt: str = "mermaid") -> str:
+        from pipeframe.compiler import diagram
+
+        renderers = {"mermaid": diagram.mermaid, "dot": diagram.dot}
+        if fmt not in renderers:
+            raise PipeframeError("PF005", f"Unknown graph format `{fmt}`.", "Use mermaid or dot.")
+        return renderers[fmt](self.compiled)

@@ -1,0 +1,43 @@
+"""Shared test helpers: build small projects on disk from a dict of files."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SALES = """\
+SCHEMA >
+    `ts` TIMESTAMP `json:$.ts`,
+    `order_id` STRING,
+    `product` STRING,
+    `amount` DOUBLE DEFAULT 0,
+    `quantity` INT
+"""
+
+PRODUCTS = """\
+SCHEMA >
+    `product` String,
+    `category` LowCardinality(String)
+"""
+
+
+def write_project(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text) if text.startswith("\n") else text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def make_project(tmp_path: Path):
+    """make_project({"pipes/x.pipe": "..."}) → a project folder with `sales` and `products` datasources."""
+
+    def make(files: dict[str, str], with_sources: bool = True) -> Path:
+        base = {"datasources/sales.datasource": SALES, "datasources/products.datasource": PRODUCTS} \
+            if with_sources else {}
+        return write_project(tmp_path / "proj", {**base, **files})
+
+    return make

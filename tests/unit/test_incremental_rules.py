@@ -1,0 +1,128 @@
+"""Each incrementality rule of PRODUCT.md section 3: a failing project, its code and its file:line."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeframe.project import Project
+
+
+def mv(sql: str, extra: str = "") -> str:
+    body = "\n".join("    " + line for line in sql.strip().splitlines())
+    return f"NODE agg\nSQL >\n{body}\n{extra}TYPE materialized\nDATASOURCE target\n"
+
+
+def check(make_project, sql: str, extra: str = ""):
+    root = make_project({"pipes/view.pipe": mv(sql, extra)})
+    report = Project(root).check()
+    view = report.project.pipes["view"].view
+    return report, view
+
+
+REJECTED = [
+    ("PF401", "SELECT product, row_number() OVER (PARTITION BY product ORDER BY ts) AS n\nFROM sales", 3),
+    ("PF402", "SELECT product, amount\nFROM sales\nORDER BY amount", 5),
+    ("PF404", "SELECT product, amount\nFROM sales\nLIMIT 10", 5),
+    ("PF405", "SELECT product, sum(amount) AS revenue\nFROM sales\nGROUP BY product\nHAVING sum(amount) > 10", 6),
+    ("PF403", "SELECT DISTINCT product, count(*) AS n\nFROM sales\nGROUP BY product", 3),
+    ("PF403", "SELECT product FROM sales\nUNION\nSELECT product FROM products", 4),
+    ("PF407", "SELECT product, rand() AS r\nFROM sales", 3),
+    ("PF407", "SELECT product, current_timestamp() AS loaded_at\nFROM sales", 3),
+    ("PF408", "SELECT product, percentile(amount, 0.5) AS median\nFROM sales\nGROUP BY product", 3),
+    ("PF408", "SELECT product, collect_list(order_id) AS orders\nFROM sales\nGROUP BY product", 3),
+    ("PF408", "SELECT product, first(amount) AS first_amount\nFROM sales\nGROUP BY product", 3),
+    ("PF408", "SELECT product, sum(amount) / count(*) AS avg_amount\nFROM sales\nGROUP BY product", 3),
+    ("PF406", "SELECT product, max(sum(amount)) AS m\nFROM sales\nGROUP BY product", 3),
+    ("PF411", "SELECT product, count(DISTINCT order_id) AS orders\nFROM sales\nGROUP BY product", 3),
+    ("PF409", "SELECT product, count(*) AS n\nFROM target\nGROUP BY product", 4),
+    ("PF415", "SELECT s.product, p.category\nFROM sales s\nRIGHT JOIN products p ON s.product = p.product", 5),
+]
+
+
+@pytest.mark.parametrize(("code", "sql", "line"), REJECTED, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(REJECTED)])
+def test_rejected_rule_reports_code_and_location(make_project, code, sql, line):
+    report, view = check(make_project, sql)
+    matches = [d for d in report.errors if d.code == code]
+    assert matches, [d.format() for d in report.diagnostics]
+    assert matches[0].location.path == "pipes/view.pipe"
+    assert matches[0].location.line == line
+    assert matches[0].hint, "every rule carries a fix"
+    assert view.verdict.status == "rejected"
+    assert not report.ok
+
+
+def test_nested_aggregate_across_nodes_is_rejected(make_project):
+    root = make_project({"pipes/view.pipe": (
+        "NODE totals\nSQL >\n    SELECT product, sum(amount) AS s FROM sales GROUP BY product\n"
+        "NODE peak\nSQL >\n    SELECT max(s) AS m FROM totals\nTYPE materialized\nDATASOURCE target\n")})
+    report = Project(root).check()
+    codes = {d.code: d for d in report.errors}
+    assert "PF406" in codes and codes["PF406"].location.line == 3
+
+
+def test_join_without_dimensions_warns_and_dimensions_silence_it(make_project):
+    sql = "SELECT p.category, count(*) AS n\nFROM sales s\nJOIN products p ON s.product = p.product\nGROUP BY 1"
+    report, view = check(make_project, sql)
+    warnings = [d for d in report.warnings if d.code == "PF410"]
+    assert warnings and "products" in warnings[0].message and warnings[0].location.line == 5
+    assert report.ok and view.trigger == "sales" and view.verdict.status == "rewritten"
+    report, view = check(make_project, sql, extra="DIMENSIONS products\n")
+    assert not [d for d in report.diagnostics if d.code == "PF410"]
+    assert view.dimensions == ("products",)
+
+
+def test_accepted_filters_projections_and_union_all(make_project):
+    report, view = check(make_project, "SELECT ts, upper(product) AS product, amount * 2 AS doubled\nFROM sales\n"
+                         "WHERE amount > 0\nUNION ALL\nSELECT ts, product, amount FROM sales WHERE amount < 0")
+    assert report.ok, [d.format() for d in report.diagnostics]
+    assert view.verdict.status == "accepted"
+
+
+def test_plain_aggregates_are_rewritten_to_states(make_project):
+    report, view = check(make_project, "SELECT date_trunc('hour', ts) AS hour, product, count(*) AS orders,\n"
+                         "  sum(amount) AS revenue, avg(amount) AS avg_ticket,\n"
+                         "  approx_count_distinct(order_id) AS buyers, percentile_approx(amount, 0.9) AS p90,\n"
+                         "  max_by(order_id, ts) AS last_order, stddev(amount) AS sd\nFROM sales\nGROUP BY 1, 2")
+    assert report.ok, [d.format() for d in report.diagnostics]
+    assert view.verdict.status == "rewritten"
+    states = {c.name: (c.state, c.type) for c in view.plan.columns}
+    assert states["hour"] == (None, "TIMESTAMP")
+    assert states["orders"] == ("count", "BIGINT")
+    assert states["revenue"] == ("sum", "DOUBLE")
+    assert states["avg_ticket"][0] == "avg" and states["avg_ticket"][1].startswith("STRUCT<")
+    assert states["buyers"] == ("uniq", "BINARY")
+    assert states["p90"] == ("quantiles", "BINARY")
+    assert states["last_order"][0] == "arg_max"
+    assert states["sd"][0] == "stddev_samp"
+    assert view.plan.keys == ("hour", "product")
+    assert "__pf_batch" in view.plan.state_sql and "hll_sketch_agg" in view.plan.state_sql.lower()
+    assert any("avg_ticket" in r for r in view.verdict.rewrites)
+
+
+def test_count_distinct_opt_in_rewrites(make_project):
+    sql = "SELECT product, count(DISTINCT order_id) AS orders\nFROM sales\nGROUP BY product"
+    report, view = check(make_project, sql, extra="COUNT_DISTINCT exact\n")
+    assert report.ok and view.plan.columns[1].state == "uniq_exact"
+    report, view = check(make_project, sql, extra="COUNT_DISTINCT sketch\n")
+    assert report.ok and view.plan.columns[1].state == "uniq"
+
+
+def test_select_distinct_becomes_group_by(make_project):
+    report, view = check(make_project, "SELECT DISTINCT product\nFROM sales")
+    assert report.ok and view.verdict.status == "rewritten"
+    assert view.plan.keys == ("product",)
+    assert "GROUP BY" in view.plan.state_sql.upper()
+
+
+def test_cascade_over_partial_states(make_project):
+    hourly = mv("SELECT date_trunc('hour', ts) AS hour, product, count(*) AS orders, avg(amount) AS a\n"
+                "FROM sales GROUP BY 1, 2").replace("DATASOURCE target", "DATASOURCE hourly")
+    good = mv("SELECT date_trunc('day', hour) AS day, sum(orders) AS orders\nFROM hourly GROUP BY 1")
+    bad = mv("SELECT date_trunc('day', hour) AS day, avg(a) AS a, count(*) AS n\nFROM hourly GROUP BY 1")
+    root = make_project({"pipes/hourly.pipe": hourly, "pipes/view.pipe": good})
+    report = Project(root).check()
+    assert report.ok, [d.format() for d in report.diagnostics]
+    (root / "pipes/view.pipe").write_text(bad)
+    report = Project(root).check()
+    assert {d.code for d in report.errors} == {"PF412"}
+    assert report.errors[0].location.line == 3
