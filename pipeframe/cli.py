@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
@@ -49,7 +49,7 @@ def run(action: Callable[[], int | None]) -> None:
         sys.exit(130)
     except click.exceptions.Exit:
         raise
-    except Exception as exc:  # noqa: BLE001 — the last line of defence against tracebacks
+    except Exception as exc:
         if os.environ.get("PIPEFRAME_DEBUG"):
             raise
         click.echo(f"PF999 internal error: {type(exc).__name__}: {exc}", err=True)

@@ -7,9 +7,10 @@ block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRA
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -61,13 +62,13 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    where = Location(str(path))
+    where = Location(CONFIG_FILE)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is not None:
-            where = Location(str(path), mark.line + 1, mark.column + 1)
+            where = Location(CONFIG_FILE, mark.line + 1, mark.column + 1)
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise PipeframeError("PF001", f"{CONFIG_FILE} is not valid YAML: {problem}.",
                              "Fix the YAML syntax at the position shown.", where) from None
@@ -83,7 +84,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _check_shape(data: Mapping[str, Any], path: Path, context: str) -> None:
-    where = Location(str(path))
+    where = Location(CONFIG_FILE)
     unknown = sorted(set(data) - KNOWN_KEYS)
     if unknown:
         raise PipeframeError("PF002", f"Unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in {context}.",
@@ -107,6 +108,13 @@ def _check_shape(data: Mapping[str, Any], path: Path, context: str) -> None:
                                  f"Write e.g. `{key}: {{name: value}}`.", where)
 
 
+def _conf_value(value: Any) -> str:
+    """A Spark setting as Spark spells it: YAML `true` is "true" (not Python's "True")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def load_config(root: str | os.PathLike[str], env: str | None = None,
                 environ: Mapping[str, str] | None = None) -> ProjectConfig:
     """Read ``root/pipeframe.yaml`` (optional) and resolve it for environment ``env``."""
@@ -120,24 +128,24 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
     environments = data.get("environments") or {}
     if not isinstance(environments, Mapping):
         raise PipeframeError("PF002", "`environments` must map environment names to settings.",
-                             "Write e.g. `environments: {dev: {warehouse: .pipeframe/dev}}`.", Location(str(path)))
+                             "Write e.g. `environments: {dev: {warehouse: .pipeframe/dev}}`.", Location(CONFIG_FILE))
     if env:
         if env in environments:
             override = environments[env] or {}
             if not isinstance(override, Mapping):
                 raise PipeframeError("PF003", f"Environment `{env}` must be a mapping of settings.",
-                                     "Write e.g. `dev: {warehouse: .pipeframe/dev}`.", Location(str(path)))
+                                     "Write e.g. `dev: {warehouse: .pipeframe/dev}`.", Location(CONFIG_FILE))
             _check_shape(override, path, f"environment `{env}`")
             data = deep_merge(data, override)
         elif env != "dev" and environments:
             raise PipeframeError("PF003", f"Unknown environment `{env}`.",
                                  f"Choose one of: {', '.join(sorted(environments))}, or add it under `environments:`.",
-                                 Location(str(path)))
+                                 Location(CONFIG_FILE))
 
     spark = dict(data.get("spark") or {})
     master = environ.get("PIPEFRAME_SPARK_MASTER") or spark.get("master") or "local[*]"
     remote = environ.get("PIPEFRAME_SPARK_REMOTE") or spark.get("remote") or None
-    conf = {str(k): str(v) for k, v in (spark.get("conf") or {}).items()}
+    conf = {str(k): _conf_value(v) for k, v in (spark.get("conf") or {}).items() if v is not None}
     default_warehouse = f"{STATE_DIR}/{env}" if env else f"{STATE_DIR}/warehouse"
     warehouse = environ.get("PIPEFRAME_WAREHOUSE") or data.get("warehouse") or default_warehouse
     ignore = data.get("ignore") or ()

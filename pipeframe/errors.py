@@ -7,8 +7,9 @@ PF3xx names/SQL/graph/types, PF4xx incrementality, PF5xx runtime/engine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 Severity = Literal["error", "warning", "info"]
 
@@ -24,7 +25,7 @@ class Location:
     def __str__(self) -> str:
         return f"{self.path}:{self.line}:{self.col}"
 
-    def shifted(self, lines: int = 0, col: int | None = None) -> "Location":
+    def shifted(self, lines: int = 0, col: int | None = None) -> Location:
         return Location(self.path, self.line + lines, self.col if col is None else col)
 
 
@@ -76,7 +77,7 @@ class PipeframeError(Exception):
         super().__init__(self.diagnostics[0].format())
 
     @classmethod
-    def many(cls, diagnostics: Iterable[Diagnostic]) -> "PipeframeError":
+    def many(cls, diagnostics: Iterable[Diagnostic]) -> PipeframeError:
         diags = tuple(diagnostics)
         if not diags:
             raise ValueError("PipeframeError.many needs at least one diagnostic")

@@ -6,20 +6,24 @@ A Project is a folder of datafiles plus its settings for one environment; compil
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING
 
 from pipeframe.config import ProjectConfig, load_config
 from pipeframe.errors import Diagnostic, Location, PipeframeError
+
+if TYPE_CHECKING:  # the compiler is imported lazily so `import pipeframe` stays cheap
+    from pipeframe.compiler.compile import CompiledProject
 
 
 @dataclass(frozen=True)
 class CheckReport:
     """The outcome of `pipeframe check`: every diagnostic plus a summary of the project."""
 
-    project: "CompiledProject"  # noqa: F821 (imported lazily)
+    project: CompiledProject
     diagnostics: tuple[Diagnostic, ...]
 
     @property
@@ -76,7 +80,7 @@ class Project:
     def config(self) -> ProjectConfig:
         return load_config(self.root, self.env, self.environ)
 
-    def compile(self) -> "CompiledProject":  # noqa: F821
+    def compile(self) -> CompiledProject:
         """Parse and compile every datafile; problems are in the result's diagnostics (never raised)."""
         from pipeframe.compiler.compile import compile_project
         from pipeframe.datafiles.loader import load_resources
@@ -85,14 +89,14 @@ class Project:
         return compile_project(resources, self.config.vars, diagnostics)
 
     @cached_property
-    def compiled(self) -> "CompiledProject":  # noqa: F821
+    def compiled(self) -> CompiledProject:
         return self.compile()
 
     def check(self) -> CheckReport:
         project = self.compile()
         return CheckReport(project, project.diagnostics)
 
-    def require_valid(self) -> "CompiledProject":  # noqa: F821
+    def require_valid(self) -> CompiledProject:
         """The compiled project, or a PipeframeError carrying every error."""
         project = self.compiled
         if project.errors:

@@ -4,8 +4,8 @@ rows combine (compaction, cascades) and how they finalize on read. One entry per
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pipeframe.compiler.types import normalize_type
 

@@ -4,8 +4,10 @@ each materialized pipe's verdict), with every problem collected as a located dia
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from sqlglot import exp
 
@@ -19,6 +21,8 @@ from pipeframe.compiler.types import is_safe_cast
 from pipeframe.datafiles.model import Datasource, NodeType, Pipe, Resources
 from pipeframe.errors import Diagnostic, DiagnosticSink, Location, PipeframeError
 from pipeframe.templating import Analysis, Parameter, analyze, render
+
+FROM_JOIN = re.compile(r"\b(?:FROM|JOIN)\s+`?([A-Za-z_][A-Za-z0-9_]*)`?", re.IGNORECASE)
 
 
 @dataclass(frozen=True, order=True)
@@ -73,7 +77,7 @@ class CompiledPipe:
     target: str | None = None  # DATASOURCE (materialized) or TARGET_DATASOURCE (copy)
     variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def render(self, params: Mapping[str, Any], pipes: Mapping[str, "CompiledPipe"] | None = None) -> str:
+    def render(self, params: Mapping[str, Any], pipes: Mapping[str, CompiledPipe] | None = None) -> str:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
         if not self.templated:
             return self.sql
@@ -239,6 +243,13 @@ class Compiler:
                 else:
                     self._unknown(name, locate(table, nt.sql, nt.base), "table or node",
                                   known | set(seen_nodes))
+            if analysis.sql != node.sql:
+                # Tables read only in a template branch not taken in analysis mode still are dependencies.
+                for match in FROM_JOIN.finditer(node.sql):
+                    name = match.group(1)
+                    if name in known and name not in reads and name not in seen_nodes and name != own_target \
+                            and name != pipe.name:
+                        reads.append(name)
             seen_nodes.append(node.name)
             if node is output:
                 break
@@ -346,10 +357,10 @@ class Compiler:
             return
         parameters = self._parameters(pipe)
         templated = any(self.analyses[(pipe.name, nt.node.name)].sql != nt.node.sql for nt in node_trees) or any(
-            pipe.name != other and other in self.pipes and self.pipes[other].templated
+            self._ref(other, targets).kind == "pipe" and other in self.pipes and self.pipes[other].templated
             for other in self.reads.get(pipe.name, []))
         other = [(name, parse_select(self.pipes[name].sql, pipe.location)) for name in self.reads.get(pipe.name, [])
-                 if name in self.pipes]
+                 if self._ref(name, targets).kind == "pipe" and name in self.pipes]
         node_sql = []
         for i, nt in enumerate(node_trees):
             earlier = [(n.node.name, n.tree) for n in node_trees[:i]]
@@ -372,7 +383,9 @@ class Compiler:
             for param in analysis.parameters if analysis else ():
                 params.setdefault(param.name, param)
         for name in self.reads.get(pipe.name, []):
-            for param in self.pipes[name].parameters if name in self.pipes else ():
+            if name in self.datasource_defs or name not in self.pipes or self.pipes[name].view is not None:
+                continue
+            for param in self.pipes[name].parameters:
                 params.setdefault(param.name, param)
         return tuple(params.values())
 
@@ -462,4 +475,4 @@ def compile_project(resources: Resources, variables: Mapping[str, Any] | None = 
     return Compiler(resources, variables or {}, diagnostics or []).compile()
 
 
-__all__ = ["CompiledDatasource", "CompiledPipe", "CompiledProject", "CompiledView", "compile_project", "Scope"]
+__all__ = ["CompiledDatasource", "CompiledPipe", "CompiledProject", "CompiledView", "Scope", "compile_project"]

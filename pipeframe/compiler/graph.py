@@ -5,8 +5,9 @@ Used for the project graph (datasource → pipe → target datasource → ...) a
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, Hashable, Iterable, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T", bound=Hashable)
 

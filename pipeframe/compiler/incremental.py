@@ -7,8 +7,9 @@ Each rule is one small function over a ViewContext that reports with its own cod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from sqlglot import exp
 
@@ -118,12 +119,13 @@ def distinct(ctx: ViewContext) -> None:
             ctx.report("PF403", "UNION (without ALL) removes duplicates across the whole table, which a block of new "
                        "rows cannot see.", "Use UNION ALL.", nt, node, "union")
             return
-        if isinstance(node, exp.Select) and node.args.get("distinct"):
-            if node is not ctx.output.tree or aggregates_in(node):
-                ctx.report("PF403", "SELECT DISTINCT here cannot be rewritten into a mergeable GROUP BY.",
-                           "Use DISTINCT only in the materialized node's SELECT, without aggregates, or "
-                           "GROUP BY the columns instead.", nt, node, "distinct")
-                return
+        if not (isinstance(node, exp.Select) and node.args.get("distinct")):
+            continue
+        if node is not ctx.output.tree or aggregates_in(node):  # only a plain output SELECT DISTINCT rewrites
+            ctx.report("PF403", "SELECT DISTINCT here cannot be rewritten into a mergeable GROUP BY.",
+                       "Use DISTINCT only in the materialized node's SELECT, without aggregates, or "
+                       "GROUP BY the columns instead.", nt, node, "distinct")
+            return
 
 
 def non_deterministic(ctx: ViewContext) -> None:
@@ -251,9 +253,9 @@ def cascade_states(ctx: ViewContext) -> None:
                 else:
                     ok = call.name in state.rollup and not call.distinct
             if not ok:
-                fixes = [f"{r}({column.name})" for r in state.rollup] + [f"{state.clickhouse_names[0]}MergeState("
-                                                                          f"{column.name})"] \
-                    if state.clickhouse_names else [f"{r}({column.name})" for r in state.rollup]
+                fixes = [f"{r}({column.name})" for r in state.rollup]
+                if state.clickhouse_names:
+                    fixes.append(f"{state.clickhouse_names[0]}MergeState({column.name})")
                 ctx.report("PF412", f"`{column.name}` of `{upstream}` holds partial {state.kind} states: a view over "
                            "it sees one row per block, not final values.",
                            f"Roll it up with {' or '.join(fixes)}.", nt, column)

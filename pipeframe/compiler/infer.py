@@ -5,7 +5,7 @@ Unknown expressions infer as None ("Spark decides at deploy"); a check is skippe
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from sqlglot import exp
 
@@ -71,7 +71,7 @@ def infer(node: exp.Expression, scope: Scope) -> str | None:
             return "STRING"
         return "INT" if node.this.lstrip("-").isdigit() and abs(int(node.this)) < 2**31 else (
             "BIGINT" if node.this.lstrip("-").isdigit() else "DOUBLE")
-    if isinstance(node, exp.Boolean) or isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
+    if isinstance(node, (exp.Boolean, exp.Predicate, exp.Not, exp.And, exp.Or)):
         return "BOOLEAN"
     if isinstance(node, exp.Null):
         return None

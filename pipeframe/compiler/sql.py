@@ -42,7 +42,7 @@ def position(sql: str, offset: int, base: Location) -> Location:
     """The file location of character ``offset`` of a SQL block that starts at ``base``."""
     line = sql.count("\n", 0, offset)
     col = offset - (sql.rfind("\n", 0, offset) + 1)
-    return Location(base.path, base.line + line, (base.col if line == 0 else base.col) + col)
+    return Location(base.path, base.line + line, base.col + col)
 
 
 def parse_select(sql: str, base: Location) -> exp.Expression:

@@ -71,9 +71,7 @@ class ViewPlan:
 def _params_of(call_args: tuple[exp.Expression, ...]) -> list[str]:
     params: list[str] = []
     for arg in call_args:
-        if isinstance(arg, exp.Array):
-            params.extend(to_sql(e) for e in arg.expressions)
-        elif isinstance(arg, exp.Anonymous) and str(arg.this).lower() == "array":
+        if isinstance(arg, exp.Array) or isinstance(arg, exp.Anonymous) and str(arg.this).lower() == "array":
             params.extend(to_sql(e) for e in arg.expressions)
         else:
             params.append(to_sql(arg))
@@ -153,9 +151,7 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         value_type = VALUE_TYPES.get(state.kind)
         if state.kind in ("sum",):
             value_type = physical
-        elif state.kind in ("min", "max"):
-            value_type = arg_types[0] if arg_types else None
-        elif state.kind in ("arg_max", "arg_min"):
+        elif state.kind in ("min", "max") or state.kind in ("arg_max", "arg_min"):
             value_type = arg_types[0] if arg_types else None
         if state.kind == "quantiles" and len(params) > 1:
             value_type = "ARRAY<DOUBLE>"

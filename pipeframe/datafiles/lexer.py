@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from pipeframe.errors import DiagnosticSink, Location
 
@@ -71,7 +71,8 @@ def substitute(text: str, variables: Mapping[str, str], location: Location, sink
 
 def read_lines(path: Path, display_path: str, sink: DiagnosticSink) -> list[SourceLine] | None:
     try:
-        raw = path.read_text(encoding="utf-8")
+        # utf-8-sig: editors on Windows often save a byte-order mark, which must not hide the first keyword.
+        raw = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         sink.error("PF101", f"File is not UTF-8 text ({exc.reason} at byte {exc.start}).",
                    "Save the file as UTF-8.", Location(display_path))
@@ -82,6 +83,14 @@ def read_lines(path: Path, display_path: str, sink: DiagnosticSink) -> list[Sour
         return None
     raw = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\t", INDENT)
     return [SourceLine(text, Location(display_path, n)) for n, text in enumerate(raw.split("\n"), start=1)]
+
+
+def _is_file(path: Path) -> bool:
+    """Like Path.is_file, but a path the OS cannot even look up (too long, ...) is simply not a file."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 class Lexer:
@@ -102,11 +111,11 @@ class Lexer:
         lines = read_lines(path, self.display(path), self.sink)
         if lines is None:
             return []
-        return self._statements(self._expand(lines, path, {}, 0))
+        return self._statements(self._expand(lines, path, {}, 0, (path.resolve(),)))
 
     def _expand(self, lines: list[SourceLine], path: Path, include_vars: Mapping[str, str],
-                depth: int) -> list[SourceLine]:
-        """Substitute variables and splice INCLUDE files in place."""
+                depth: int, chain: tuple[Path, ...]) -> list[SourceLine]:
+        """Substitute variables and splice INCLUDE files in place; ``chain`` is the files being expanded."""
         out: list[SourceLine] = []
         variables = {**self.environ, **include_vars}
         for line in lines:
@@ -115,13 +124,13 @@ class Lexer:
             if stripped.startswith("#") and not text.startswith(" "):
                 continue
             if text.startswith("INCLUDE ") or text.strip() == "INCLUDE":
-                out.extend(self._include(line, path, include_vars, depth))
+                out.extend(self._include(line, path, include_vars, depth, chain))
                 continue
             out.append(SourceLine(substitute(text, variables, line.location, self.sink), line.location))
         return out
 
     def _include(self, line: SourceLine, path: Path, include_vars: Mapping[str, str],
-                 depth: int) -> list[SourceLine]:
+                 depth: int, chain: tuple[Path, ...]) -> list[SourceLine]:
         where = line.location
         try:
             args = shlex.split(line.text[len("INCLUDE"):])
@@ -136,10 +145,17 @@ class Lexer:
             self.sink.error("PF106", f"INCLUDE nested more than {MAX_INCLUDE_DEPTH} levels deep (a loop?).",
                             "Remove the INCLUDE that includes its own includer.", where)
             return []
-        target = next((c for c in (path.parent / args[0], self.root / args[0]) if c.is_file()), None)
+        target = next((c for c in (path.parent / args[0], self.root / args[0]) if _is_file(c)), None)
         if target is None:
             self.sink.error("PF106", f"Included file `{args[0]}` does not exist.",
                             "Give the path relative to this file or to the project root.", where)
+            return []
+        # Stop at the first repeat: a file that includes itself several times would otherwise expand
+        # exponentially up to MAX_INCLUDE_DEPTH.
+        if target.resolve() in chain:
+            loop = " -> ".join(self.display(p) for p in (*chain, target))
+            self.sink.error("PF106", f"INCLUDE loop: {loop}.",
+                            "Remove the INCLUDE that includes one of its own includers.", where)
             return []
         variables = dict(include_vars)
         for arg in args[1:]:
@@ -150,7 +166,9 @@ class Lexer:
                 continue
             variables[name] = value
         included = read_lines(target, self.display(target), self.sink)
-        return [] if included is None else self._expand(included, target, variables, depth + 1)
+        if included is None:
+            return []
+        return self._expand(included, target, variables, depth + 1, (*chain, target.resolve()))
 
     def _statements(self, lines: list[SourceLine]) -> list[Statement]:
         statements: list[Statement] = []

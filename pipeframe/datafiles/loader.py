@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from pipeframe.datafiles.model import Datasource, Pipe, Resources
 from pipeframe.datafiles.parser import is_identifier, make_lexer, parse_file

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from pipeframe.compiler.types import TypeProblem, parse_column_type
 from pipeframe.datafiles.lexer import Lexer, SourceLine, Statement
@@ -44,21 +44,33 @@ def unknown_keyword(sink: DiagnosticSink, st: Statement, allowed: set[str], kind
     sink.error("PF102", f"Unknown keyword {st.keyword} in a {kind} file.", hint, st.location)
 
 
+TYPE_ANGLE_BRACKET = re.compile(r"\b(?:ARRAY|MAP|STRUCT)\s*$", re.IGNORECASE)
+CLOSING_BRACKETS = {")": "(", "]": "[", ">": "<"}
+
+
 def split_top_level(text: str, sep: str = ",") -> list[tuple[str, int]]:
-    """Split on ``sep`` outside brackets, quotes and backticks; returns (part, offset) pairs."""
+    """Split on ``sep`` outside brackets, quotes and backticks; returns (part, offset) pairs.
+
+    `<` only opens a bracket after ARRAY/MAP/STRUCT, and `>` only closes one, so comparisons and lambdas
+    in a DEFAULT expression (`if(x > 0, 1, 2)`) do not shift the nesting.
+    """
     parts: list[tuple[str, int]] = []
-    depth, quote, start = 0, "", 0
+    stack: list[str] = []
+    quote, start = "", 0
     for i, ch in enumerate(text):
         if quote:
             if ch == quote:
                 quote = ""
         elif ch in "'\"`":
             quote = ch
-        elif ch in "(<[":
-            depth += 1
-        elif ch in ")>]":
-            depth = max(0, depth - 1)
-        elif ch == sep and depth == 0:
+        elif ch in "([" or (ch == "<" and TYPE_ANGLE_BRACKET.search(text, 0, i)):
+            stack.append(ch)
+        elif ch in CLOSING_BRACKETS:
+            opener = CLOSING_BRACKETS[ch]
+            if opener in stack:
+                while stack.pop() != opener:
+                    pass
+        elif ch == sep and not stack:
             parts.append((text[start:i], start))
             start = i + 1
     parts.append((text[start:], start))
@@ -152,12 +164,14 @@ def parse_column(text: str, where: Location, sink: DiagnosticSink) -> Column | N
             sink.error("PF108", f"JSON path `{json_path}` of column `{name}` must start with `$`.",
                        "Write e.g. `json:$.order.id`.", where)
         rest = rest[: json_match.start()] + rest[json_match.end():]
+    # ClickHouse writes `DEFAULT expr CODEC(...)`; drop the codec first so it is not read as part of the default.
+    rest = CODEC_PATTERN.sub("", rest)
     default = None
     default_match = DEFAULT_PATTERN.search(rest)
     if default_match:
         default = default_match.group("default").strip()
         rest = rest[: default_match.start()]
-    rest = CODEC_PATTERN.sub("", rest).strip()
+    rest = CODEC_PATTERN.sub("", rest).strip()  # and `CODEC(...) DEFAULT expr`, also seen in the wild
     if not rest:
         sink.error("PF108", f"Column `{name}` has no type.", f"Write e.g. `{name}` STRING.", where)
         return None
@@ -212,6 +226,8 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
             fields["partition_key"] = None if value.strip() in ("", "tuple()") else value
         elif kw in ("ENGINE_SORTING_KEY", "ENGINE_PRIMARY_KEY"):
             value = _single_value(st, sink).strip()
+            if value.lower() == "tuple()":  # ClickHouse's spelling of "no key"
+                value = ""
             if value.startswith("(") and value.endswith(")"):
                 value = value[1:-1]
             keys = tuple(k.strip().strip("`") for k, _ in split_top_level(value) if k.strip())
@@ -241,6 +257,7 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
 
 def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
     display = lexer.display(path)
+    errors_before = len(sink.errors)  # the sink is shared by every file of the project
     pipe_fields: dict = {"description": ""}
     tokens: list[Token] = []
     nodes: list[Node] = []
@@ -289,7 +306,7 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
             continue
         parse_node_keyword(st, kw, node, tokens, sink)
     finish()
-    if not nodes and not sink.errors:
+    if not nodes and len(sink.errors) == errors_before:
         sink.error("PF101", f"Pipe `{path.stem}` has no nodes.", "Add `NODE name` followed by an `SQL >` block.",
                    Location(display))
     typed = [n for n in nodes if n.type]
@@ -308,8 +325,12 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
     where[kw] = st.location
     if kw == "SQL":
         if not st.is_block:
-            if st.value:
+            if st.value and not st.value.startswith(">"):
                 node["sql"], node["sql_location"] = st.value, st.value_location
+                return
+            if st.value.startswith(">"):
+                sink.error("PF103", "The query must start on the line after `SQL >`.",
+                           "Move the query to the next lines, indented by 4 spaces.", st.location)
                 return
             sink.error("PF101", "SQL must be a block.", "Write `SQL >` and indent the query by 4 spaces.", st.location)
             return
@@ -344,7 +365,7 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
     elif kw == "COPY_SCHEDULE":
         node["copy_schedule"] = value
     elif kw == "DIMENSIONS":
-        names = tuple(n.strip() for n, _ in split_top_level(value) if n.strip())
+        names = tuple(n.strip().strip("`") for n, _ in split_top_level(value) if n.strip())
         node["dimensions"] = names
     elif kw == "COUNT_DISTINCT":
         if value.lower() not in COUNT_DISTINCT_MODES:

@@ -175,6 +175,11 @@ def get_session(config: ProjectConfig) -> SparkSession:
     with _lock:
         if _live is not None and _live.key == key and _is_alive(_live):
             return _live.session
+        # Check what can be checked before stopping the current session, so a failure leaves it running.
+        if config.spark.remote:
+            _require_connect_packages()
+        else:
+            _require_java()
         _stop_locked()
         if config.spark.remote:
             session = _start_connect(config.spark.remote, settings)
@@ -205,10 +210,23 @@ def _is_alive(live: _Live) -> bool:
     return live.session.sparkContext._jsc is not None
 
 
-def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSession:
+def _require_java() -> None:
     problem = java_problem()
     if problem:
         raise PipeframeError("PF501", problem, _JAVA_HINT)
+
+
+def _require_connect_packages() -> None:
+    try:
+        import pyspark.sql.connect.session  # noqa: F401  # checks grpcio, pandas, pyarrow ... on import
+    except ImportError as exc:
+        version = importlib.metadata.version("pyspark")
+        raise PipeframeError("PF502", f"Spark Connect needs extra packages that are not installed ({exc}).",
+                             f'Run `pip install "pyspark[connect]=={version}"`, or remove spark.remote to use '
+                             "embedded Spark.") from exc
+
+
+def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSession:
     _create_local_dir(config.warehouse_uri)
 
     from delta import configure_spark_with_delta_pip
@@ -246,13 +264,6 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
 
 
 def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
-    try:
-        import pyspark.sql.connect.session  # noqa: F401  # checks grpcio, pandas, pyarrow ... on import
-    except ImportError as exc:
-        version = importlib.metadata.version("pyspark")
-        raise PipeframeError("PF502", f"Spark Connect needs extra packages that are not installed ({exc}).",
-                             f'Run `pip install "pyspark[connect]=={version}"`, or remove spark.remote to use '
-                             "embedded Spark.") from exc
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 

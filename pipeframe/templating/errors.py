@@ -26,23 +26,14 @@ class TemplateError(PipeframeError):
         col: int | None = None,
     ) -> None:
         super().__init__(code, message, hint, location)
+        self.message = message
+        self.hint = hint
+        self.location = location
         self.http_status = http_status
         self.parameter = parameter
         # Position inside the template text, when known before the datafile location is.
         self.line = line
         self.col = col
-
-    @property
-    def message(self) -> str:
-        return self.diagnostics[0].message
-
-    @property
-    def hint(self) -> str:
-        return self.diagnostics[0].hint
-
-    @property
-    def location(self) -> Location | None:
-        return self.diagnostics[0].location
 
     def located(self, location: Location) -> Self:
         """The same error, placed at `location` in its datafile."""
@@ -62,6 +53,14 @@ class MissingParameterError(TemplateError):
     """PF202 for a request parameter that was not passed (analysis tolerates these)."""
 
 
+def shown(value: object) -> str:
+    """A request value as a message quotes it: repr, cut to 60 characters."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 60:
+        text = text[:60] + "..."
+    return repr(text) if isinstance(value, str) else text
+
+
 def missing_parameter(name: str | None, *, required: bool) -> MissingParameterError:
     if name is None:
         return MissingParameterError("PF202", "A template function got no value.", "Pass a value or a default.")
@@ -72,6 +71,6 @@ def missing_parameter(name: str | None, *, required: bool) -> MissingParameterEr
     return MissingParameterError(
         "PF202",
         f"Parameter `{name}` is missing.",
-        f"Pass {name}=... in the request, or give it a default in the template, e.g. Int({name}, 10).",
+        f"Pass {name}=... in the request, or give the parameter a default in the template.",
         parameter=name,
     )

@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections.abc import Callable
 from datetime import date, datetime
-from typing import Any, Callable
+from typing import Any, Self
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -110,7 +111,7 @@ class ValueOperators:
 class TypedValue(ValueOperators, SqlFragment):
     """What a typed function returns: its SQL literal as text, its Python value for template logic."""
 
-    def __new__(cls, sql: str, value: Any) -> TypedValue:
+    def __new__(cls, sql: str, value: Any) -> Self:
         self = super().__new__(cls, sql)
         # str subclasses cannot have slots, so the value lives in the instance dict.
         self.__dict__["value"] = value

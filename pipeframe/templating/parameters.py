@@ -1,16 +1,16 @@
 """Request parameters: the declared Parameter, and what a template sees for a name nobody defined.
 
-An unknown name resolves to a ParamRef (passed) or a MissingParam (not passed); both remember their name,
-so typed functions know which parameter they declare, and analysis can record every use.
+An unknown name resolves to a ParamRef (passed) or MissingParam (not passed) that remembers the name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Mapping
+from typing import Any
 
 from jinja2 import Undefined
 from jinja2.runtime import Context
@@ -116,14 +116,14 @@ def record(found: dict[str, tuple[Parameter, bool]], parameter: Parameter, *, ty
 def state_of(context: Context) -> RenderState:
     state = context.get(STATE_KEY)
     if not isinstance(state, RenderState):
-        raise RuntimeError("pipeframe template functions only run inside render() or analyze()")
+        raise TypeError("pipeframe template functions only run inside render() or analyze()")
     return state
 
 
 class ParamRef(ValueOperators):
     """A passed request parameter: its name and value; using it as a value records the use."""
 
-    __slots__ = ("name", "value", "state")
+    __slots__ = ("name", "state", "value")
 
     def __init__(self, name: str, value: Any, state: RenderState) -> None:
         self.name = name
@@ -173,6 +173,14 @@ class MissingParam(Undefined):
 
 def param_name(value: Any) -> str | None:
     return value.name if isinstance(value, (ParamRef, MissingParam)) else None
+
+
+def argument(value: Any) -> Any:
+    """A typed function's non-first argument (default, enum, ...) as a plain value; a missing parameter is None."""
+    if isinstance(value, MissingParam):
+        value.state.use(value.name)
+        return None
+    return value.operand() if isinstance(value, ValueOperators) else value
 
 
 def passed_value(value: Any) -> tuple[Any, bool]:

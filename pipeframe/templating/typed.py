@@ -5,31 +5,27 @@ Each declares a parameter (for analysis) and turns its request value into a chec
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jinja2 import pass_context
 from jinja2.runtime import Context
 
-from pipeframe.templating.errors import TemplateError, missing_parameter
+from pipeframe.templating.errors import TemplateError, missing_parameter, shown
 from pipeframe.templating.literals import TypedValue
-from pipeframe.templating.parameters import Parameter, RenderState, param_name, passed_value, state_of
+from pipeframe.templating.parameters import Parameter, RenderState, argument, param_name, passed_value, state_of
 from pipeframe.templating.values import SCALAR_TYPES, InvalidValue, literal, parse, placeholder
 from pipeframe.templating.values import example as example_of
 
 
-def _show(raw: Any) -> str:
-    text = raw if isinstance(raw, str) else repr(raw)
-    if len(text) > 60:
-        text = text[:60] + "..."
-    return repr(text) if isinstance(raw, str) else text
-
-
-def _invalid(name: str | None, raw: Any, problem: InvalidValue, *, default: bool = False, item: str = "") -> TemplateError:
+def _invalid(
+    name: str | None, raw: Any, problem: InvalidValue, *, default: bool = False, item: str = ""
+) -> TemplateError:
     subject = f"Parameter `{name}`" if name else "The value"
     if default:
         subject = f"The default of parameter `{name}`" if name else "The default"
     hint = f"{problem.hint.rstrip('.')}, e.g. {name}={problem.example}." if name else problem.hint
-    message = f"{subject} must be {problem.expected}, got {_show(raw)}{item}."
+    message = f"{subject} must be {problem.expected}, got {shown(raw)}{item}."
     return TemplateError("PF202", message, hint, parameter=name)
 
 
@@ -54,7 +50,10 @@ def _check_enum(kind: str, value: Any, enum: tuple, name: str | None) -> None:
         choices = ", ".join(str(item) for item in enum)
         subject = f"Parameter `{name}`" if name else "The value"
         raise TemplateError(
-            "PF202", f"{subject} must be one of {choices}, got {_show(value)}.", f"Pass one of: {choices}.", parameter=name
+            "PF202",
+            f"{subject} must be one of {choices}, got {shown(value)}.",
+            f"Pass one of: {choices}.",
+            parameter=name,
         )
 
 
@@ -79,8 +78,12 @@ def _items(item_type: str, raw: Any, enum: tuple, name: str | None, default: boo
         try:
             value = parse(item_type, piece)
         except InvalidValue as problem:
-            described = InvalidValue(f"an Array of {item_type}", f"{example_of(item_type)},{example_of(item_type)}", problem.hint)
-            raise _invalid(name, raw, described, default=default, item=f" (bad item {_show(piece)})") from None
+            described = InvalidValue(
+                f"an Array of {item_type}",
+                f"{example_of(item_type)},{example_of(item_type)}",
+                f"Pass comma-separated {item_type} values ({problem.hint.rstrip('.').lower()}).",
+            )
+            raise _invalid(name, raw, described, default=default, item=f" (bad item {shown(piece)})") from None
         _check_enum(item_type, value, enum, name)
         values.append(value)
     return values
@@ -110,6 +113,13 @@ def _resolve(
         return _array_value(item_type, _items(item_type, raw, enum, name, is_default))
 
     if state.analyzing:
+        if name is None:  # a literal or computed value: check it if it is valid, else stand in for it
+            raw, passed = passed_value(x)
+            if passed:
+                try:
+                    return checked(raw, is_default=False)
+                except TemplateError:
+                    pass
         if default is not None:
             return checked(default, is_default=True)
         sample = enum[0] if enum else placeholder(item_type or kind)
@@ -139,11 +149,10 @@ def _typed_function(kind: str) -> Callable[..., TypedValue]:
         format: str | None = None,
     ) -> TypedValue:
         state = state_of(context)
-        allowed = _enum_items(enum)
+        default, description, required = argument(default), argument(description), argument(required)
+        allowed = _enum_items(argument(enum))
         if (name := param_name(x)) is not None:
-            state.declare(
-                Parameter(name, kind, _frozen(default), str(description or ""), bool(required), allowed)
-            )
+            state.declare(Parameter(name, kind, _frozen(default), str(description or ""), bool(required), allowed))
         return _resolve(state, kind, x, default, required, allowed)
 
     typed.__name__ = typed.__qualname__ = kind
@@ -152,7 +161,7 @@ def _typed_function(kind: str) -> Callable[..., TypedValue]:
 
 
 @pass_context
-def Array(  # noqa: N802 - Tinybird's name
+def Array(
     context: Context,
     x: Any,
     _type: str = "String",
@@ -164,14 +173,16 @@ def Array(  # noqa: N802 - Tinybird's name
     format: str | None = None,
 ) -> TypedValue:
     """`Array(ids, 'Int', default='1,2')`: a comma-separated list (or a Python list) of checked items."""
-    if _type not in SCALAR_TYPES:
+    _type = argument(_type)
+    if not isinstance(_type, str) or _type not in SCALAR_TYPES:
         raise TemplateError(
             "PF201",
-            f"Array item type {_show(_type)} is unknown.",
+            f"Array item type {shown(_type)} is unknown.",
             "Use one of " + ", ".join(sorted(SCALAR_TYPES)) + ", e.g. Array(ids, 'Int').",
         )
     state = state_of(context)
-    allowed = _enum_items(enum)
+    default, description, required = argument(default), argument(description), argument(required)
+    allowed = _enum_items(argument(enum))
     if (name := param_name(x)) is not None:
         state.declare(
             Parameter(name, "Array", _frozen(default), str(description or ""), bool(required), allowed, _type)
@@ -181,7 +192,5 @@ def Array(  # noqa: N802 - Tinybird's name
 
 Array.takes_param_refs = True  # type: ignore[attr-defined]
 
-TYPED_FUNCTIONS: dict[str, Callable[..., TypedValue]] = {
-    kind: _typed_function(kind) for kind in sorted(SCALAR_TYPES)
-}
+TYPED_FUNCTIONS: dict[str, Callable[..., TypedValue]] = {kind: _typed_function(kind) for kind in sorted(SCALAR_TYPES)}
 TYPED_FUNCTIONS["Array"] = Array
