@@ -7,6 +7,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sqlglot import exp
@@ -68,14 +69,34 @@ class CompiledPipe:
     name: str
     definition: Pipe
     type: NodeType | None
-    sql: str  # one Spark SQL statement (templates rendered in analysis mode, Merge calls translated)
     reads: tuple[str, ...]  # datasources and pipes it reads
     parameters: tuple[Parameter, ...]
     templated: bool
-    node_sql: tuple[tuple[str, str], ...]  # each node compiled on its own (earlier nodes inlined)
+    # Parsed nodes up to the output node, and pipes read by name (inlined as CTEs). SQL text is generated on
+    # first use so `check` never pays for it.
+    trees: tuple[tuple[str, exp.Query], ...] = field(compare=False, repr=False)
+    upstream: tuple[CompiledPipe, ...] = field(compare=False, repr=False)
     view: CompiledView | None = None
     target: str | None = None  # DATASOURCE (materialized) or TARGET_DATASOURCE (copy)
     variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def _statement(self, upto: int) -> exp.Query:
+        ctes = [(p.name, p.statement) for p in self.upstream] + list(self.trees[:upto])
+        return translate_merges(inline(ctes, self.trees[upto][1]))  # type: ignore[return-value]
+
+    @cached_property
+    def statement(self) -> exp.Query:
+        return self._statement(len(self.trees) - 1)
+
+    @cached_property
+    def sql(self) -> str:
+        """One Spark SQL statement (templates rendered in analysis mode, Merge calls translated)."""
+        return to_sql(self.statement)
+
+    @cached_property
+    def node_sql(self) -> tuple[tuple[str, str], ...]:
+        """Each node compiled on its own, with earlier nodes inlined."""
+        return tuple((name, to_sql(self._statement(i))) for i, (name, _) in enumerate(self.trees))
 
     def render(self, params: Mapping[str, Any], pipes: Mapping[str, CompiledPipe] | None = None) -> str:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
@@ -143,6 +164,7 @@ class Compiler:
     # ------------------------------------------------------------------------------------------ driver
     def compile(self) -> CompiledProject:
         targets = self._targets()
+        self.known_names = set(self.datasource_defs) | set(self.pipe_defs) | set(targets)
         for pipe in self.resources.pipes:
             if pipe.name in self.datasource_defs and targets.get(pipe.name) != pipe.name:
                 self.sink.error("PF105", f"Pipe `{pipe.name}` has the name of datasource `{pipe.name}` but does not "
@@ -203,7 +225,7 @@ class Compiler:
 
     # -------------------------------------------------------------------------------------- parsing
     def _parse_pipe(self, pipe: Pipe, targets: Mapping[str, str]) -> None:
-        known = set(self.datasource_defs) | set(self.pipe_defs) | set(targets)
+        known = self.known_names
         reads: list[str] = []
         seen_nodes: list[str] = []
         output = pipe.output_node
@@ -241,8 +263,7 @@ class Compiler:
                     elif name not in reads:
                         reads.append(name)
                 else:
-                    self._unknown(name, locate(table, nt.sql, nt.base), "table or node",
-                                  known | set(seen_nodes))
+                    self._unknown(name, locate(table, nt.sql, nt.base), "table or node", known | set(seen_nodes))
             if analysis.sql != node.sql:
                 # Tables read only in a template branch not taken in analysis mode still are dependencies.
                 for match in FROM_JOIN.finditer(node.sql):
@@ -359,12 +380,8 @@ class Compiler:
         templated = any(self.analyses[(pipe.name, nt.node.name)].sql != nt.node.sql for nt in node_trees) or any(
             self._ref(other, targets).kind == "pipe" and other in self.pipes and self.pipes[other].templated
             for other in self.reads.get(pipe.name, []))
-        other = [(name, parse_select(self.pipes[name].sql, pipe.location)) for name in self.reads.get(pipe.name, [])
-                 if self._ref(name, targets).kind == "pipe" and name in self.pipes]
-        node_sql = []
-        for i, nt in enumerate(node_trees):
-            earlier = [(n.node.name, n.tree) for n in node_trees[:i]]
-            node_sql.append((nt.node.name, to_sql(translate_merges(inline(other + earlier, nt.tree)))))
+        upstream = tuple(self.pipes[name] for name in self.reads.get(pipe.name, [])
+                         if self._ref(name, targets).kind == "pipe" and name in self.pipes)
         view = None
         target = None
         if output.type == "materialized":
@@ -373,8 +390,8 @@ class Compiler:
         elif output.type == "copy":
             target = output.target_datasource
         self.pipes[pipe.name] = CompiledPipe(
-            pipe.name, pipe, output.type, node_sql[-1][1], tuple(self.reads.get(pipe.name, [])), parameters,
-            templated, tuple(node_sql), view, target, self.variables)
+            pipe.name, pipe, output.type, tuple(self.reads.get(pipe.name, [])), parameters, templated,
+            tuple((nt.node.name, nt.tree) for nt in node_trees), upstream, view, target, self.variables)
 
     def _parameters(self, pipe: Pipe) -> tuple[Parameter, ...]:
         params: dict[str, Parameter] = {}

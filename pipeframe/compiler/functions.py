@@ -28,16 +28,21 @@ class Call:
     star: bool = False
 
 
+_NAMES: dict[type, str] = {}
+
+
 def spark_name(node: exp.Expression) -> str:
+    """How Spark spells this call (sqlglot's class names differ, e.g. ApproxDistinct → APPROX_COUNT_DISTINCT)."""
     if isinstance(node, exp.Anonymous):
         return str(node.this)
-    sql_name = node.sql_name() if isinstance(node, exp.Func) else node.key
-    if isinstance(node, exp.Func):
-        rendered = node.sql(dialect="spark")
+    cls = type(node)
+    name = _NAMES.get(cls)
+    if name is None:
+        rendered = node.sql(dialect="spark") if isinstance(node, exp.Func) else ""
         head = rendered.split("(", 1)[0].strip()
-        if head and " " not in head:
-            return head
-    return sql_name
+        name = head if head and " " not in head else (node.sql_name() if isinstance(node, exp.Func) else node.key)
+        _NAMES[cls] = name
+    return name
 
 
 def call_of(node: exp.Expression) -> Call | None:

@@ -52,6 +52,7 @@ class ViewContext:
     upstream_states: dict[str, AggregateState] = field(default_factory=dict)
     upstream_name: str | None = None
     problems: list[Diagnostic] = field(default_factory=list)
+    walked: list[tuple[NodeTree, exp.Expression]] | None = None
 
     @property
     def output(self) -> NodeTree:
@@ -68,10 +69,11 @@ class ViewContext:
         self.problems.append(Diagnostic(code, message, hint, location, severity))
 
 
-def _walk(ctx: ViewContext):
-    for nt in ctx.nodes:
-        for node in nt.tree.walk():
-            yield nt, node
+def _walk(ctx: ViewContext) -> list[tuple[NodeTree, exp.Expression]]:
+    """Every AST node of the pipe, walked once and shared by the rules."""
+    if ctx.walked is None:
+        ctx.walked = [(nt, node) for nt in ctx.nodes for node in nt.tree.walk()]
+    return ctx.walked
 
 
 def window_functions(ctx: ViewContext) -> None:

@@ -97,8 +97,14 @@ def locate(node: exp.Expression, sql: str, base: Location, keyword: str | None =
 
 def table_names(tree: exp.Expression) -> list[exp.Table]:
     """Tables a query reads, excluding names defined by its own CTEs."""
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    return [t for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes and not t.args.get("db")]
+    ctes: set[str] = set()
+    tables: list[exp.Table] = []
+    for node in tree.find_all(exp.CTE, exp.Table):
+        if isinstance(node, exp.CTE):
+            ctes.add(node.alias_or_name.lower())
+        elif node.name and not node.args.get("db"):
+            tables.append(node)
+    return [t for t in tables if t.name.lower() not in ctes]
 
 
 def to_sql(tree: exp.Expression, pretty: bool = False) -> str:

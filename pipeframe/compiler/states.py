@@ -3,7 +3,9 @@ rows, and describes how the target's columns finalize when the target is read by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import sqlglot
 from sqlglot import exp
@@ -45,9 +47,14 @@ class ViewColumn:
 class ViewPlan:
     keys: tuple[str, ...]
     columns: tuple[ViewColumn, ...]
-    state_sql: str
     rewrites: tuple[str, ...]
     aggregated: bool
+    build_state_sql: Callable[[], str] = field(compare=False, repr=False)
+
+    @cached_property
+    def state_sql(self) -> str:
+        """The SELECT that turns the block of new rows (`__pf_batch`) into state rows for the target."""
+        return self.build_state_sql()
 
     def read_sql(self, relation: str) -> str:
         """SELECT over the physical target that merges state rows per key into user-visible values."""
@@ -109,66 +116,74 @@ def resolve_state(ctx: ViewContext, body: exp.Expression) -> tuple[AggregateStat
 
 
 def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str | None]]) -> ViewPlan:
-    """Build the state SQL and the target columns for an accepted materialized pipe."""
-    out = ctx.output
-    tree = out.tree
+    """Describe the target columns of an accepted materialized pipe; the state SQL is built on first use."""
+    tree = ctx.output.tree
     rewrites: list[str] = []
     columns: list[ViewColumn] = []
     keys: list[str] = []
     select = tree if isinstance(tree, exp.Select) else None
     aggregated = select is not None and (bool(aggregates_in(select)) or select.args.get("group") is not None)
-    new_tree = tree.copy()
-    if select is not None and select.args.get("distinct") and not aggregated:
-        new_tree.set("distinct", None)
-        new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
-                                                     for i in range(len(new_tree.expressions))]))
+    distinct_to_group = select is not None and bool(select.args.get("distinct")) and not aggregated
+    if distinct_to_group:
         rewrites.append("SELECT DISTINCT → GROUP BY every column")
         aggregated = True
-    projections = new_tree.expressions if isinstance(new_tree, exp.Select) else (
-        new_tree.selects if isinstance(new_tree, exp.Query) else [])
-    for projection in projections:
+    replacements: dict[int, str] = {}  # projection index -> state expression SQL
+    projections = tree.selects if isinstance(tree, exp.Query) else []
+    for index, projection in enumerate(projections):
         if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
             columns.extend(ViewColumn(n, t, value_type=t) for n, t in star_columns)
             keys.extend(n for n, _ in star_columns)
             continue
         name = projection.alias_or_name
         body = projection.this if isinstance(projection, exp.Alias) else projection
-        if not isinstance(new_tree, exp.Select) or not aggregates_in(projection):
+        if select is None or not aggregates_in(projection):
             col_type = infer(body, scope)
             columns.append(ViewColumn(name, col_type, value_type=col_type))
             keys.append(name)
             continue
         state, args, params, note, explicit = resolve_state(ctx, body)
-        arg_nodes = call_of(body).args  # type: ignore[union-attr]
-        arg_types = tuple(infer(a, scope) for a in arg_nodes)
-        comb = combinator(call_of(body))  # type: ignore[arg-type]
+        call = call_of(body)
+        assert call is not None
+        arg_types = tuple(infer(a, scope) for a in call.args)
+        comb = combinator(call)
         if comb is not None and comb[1] == "MergeState":
-            state_sql = state.combine_sql(args[0])
-            physical = arg_types[0]
+            replacements[index] = state.combine_sql(args[0])
+            physical = arg_types[0] if arg_types else None
         else:
-            state_sql = state.state_sql(args, params)
+            replacements[index] = state.state_sql(args, params)
             physical = state_type_for(state, arg_types)
         value_type = VALUE_TYPES.get(state.kind)
-        if state.kind in ("sum",):
+        if state.kind == "sum":
             value_type = physical
-        elif state.kind in ("min", "max") or state.kind in ("arg_max", "arg_min"):
+        elif state.kind in ("min", "max", "arg_max", "arg_min"):
             value_type = arg_types[0] if arg_types else None
         if state.kind == "quantiles" and len(params) > 1:
             value_type = "ARRAY<DOUBLE>"
-        projection.replace(exp.alias_(sqlglot.parse_one(state_sql, read=DIALECT), name, quoted=True))
         if not explicit and not note:
-            note = f"{name}: {to_sql(body)} → {state.kind} state"
+            note = f"{name}: {call.written.lower()}(…) → {state.kind} state"
         if note:
             rewrites.append(note)
         columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))
-    if not aggregated:
-        keys = []
+
     earlier = [(nt.node.name, nt.tree) for nt in ctx.nodes[:-1]]
-    assembled = inline(earlier, new_tree)
-    if ctx.trigger:
-        assembled = rename_tables(assembled, {ctx.trigger: BATCH_RELATION})
-    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), to_sql(assembled), tuple(rewrites),
-                    aggregated)
+    trigger = ctx.trigger
+
+    def build() -> str:
+        new_tree = tree.copy()
+        if distinct_to_group:
+            new_tree.set("distinct", None)
+            new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
+                                                         for i in range(len(new_tree.expressions))]))
+        for index, sql in replacements.items():
+            projection = new_tree.expressions[index]
+            projection.replace(exp.alias_(sqlglot.parse_one(sql, read=DIALECT), projection.alias_or_name,
+                                          quoted=True))
+        assembled = inline(earlier, new_tree)
+        if trigger:
+            assembled = rename_tables(assembled, {trigger: BATCH_RELATION})
+        return to_sql(assembled)
+
+    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, build)
 
 
 def translate_merges(tree: exp.Expression) -> exp.Expression:

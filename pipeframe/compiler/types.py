@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlglot import exp, parse_one
 
@@ -594,11 +595,13 @@ def _parse(written: str) -> tuple[ColumnType, _Type | None]:
 # Public parsing API.
 
 
+@lru_cache(maxsize=8192)
 def parse_column_type(written: str) -> ColumnType:
     """Read a column type as written in a .datasource file (Spark SQL or ClickHouse spelling)."""
     return _parse(written)[0]
 
 
+@lru_cache(maxsize=8192)
 def normalize_type(written: str) -> str:
     """The canonical Spark SQL spelling of a type; normalize_type(normalize_type(x)) == normalize_type(x)."""
     return _parse(written)[0].type
