@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -16,7 +16,7 @@ from pipeframe.compiler.aggregates import BY_KIND, explicit_column_state, state_
 from pipeframe.compiler.graph import DAG
 from pipeframe.compiler.incremental import NodeTree, Verdict, ViewContext, check_view
 from pipeframe.compiler.infer import Scope, infer
-from pipeframe.compiler.sql import inline, locate, parse_select, table_names, to_sql
+from pipeframe.compiler.sql import inline, locate, parse_select, rename_tables, table_names, to_sql
 from pipeframe.compiler.states import ViewColumn, ViewPlan, plan_view, translate_merges
 from pipeframe.compiler.types import is_safe_cast
 from pipeframe.datafiles.model import Datasource, NodeType, Pipe, Resources
@@ -80,13 +80,14 @@ class CompiledPipe:
     target: str | None = None  # DATASOURCE (materialized) or TARGET_DATASOURCE (copy)
     variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def _statement(self, upto: int) -> exp.Query:
-        ctes = [(p.name, p.statement) for p in self.upstream] + list(self.trees[:upto])
-        return translate_merges(inline(ctes, self.trees[upto][1]))  # type: ignore[return-value]
+    def _statement(self, upto: int, trees_of: Callable[[CompiledPipe], list[tuple[str, exp.Query]]]) -> exp.Query:
+        own = trees_of(self)
+        ctes = _upstream_ctes(self, trees_of, set()) + own[:upto]
+        return translate_merges(inline(ctes, own[upto][1]))  # type: ignore[return-value]
 
     @cached_property
     def statement(self) -> exp.Query:
-        return self._statement(len(self.trees) - 1)
+        return self._statement(len(self.trees) - 1, _static_trees)
 
     @cached_property
     def sql(self) -> str:
@@ -96,14 +97,47 @@ class CompiledPipe:
     @cached_property
     def node_sql(self) -> tuple[tuple[str, str], ...]:
         """Each node compiled on its own, with earlier nodes inlined."""
-        return tuple((name, to_sql(self._statement(i))) for i, (name, _) in enumerate(self.trees))
+        return tuple((name, to_sql(self._statement(i, _static_trees))) for i, (name, _) in enumerate(self.trees))
 
-    def render(self, params: Mapping[str, Any], pipes: Mapping[str, CompiledPipe] | None = None) -> str:
+    def render(self, params: Mapping[str, Any]) -> str:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
         if not self.templated:
             return self.sql
-        return _assemble(self.definition, lambda sql, loc: render(sql, params, variables=self.variables,
-                                                                  location=loc), pipes or {}, params)
+
+        def rendered(pipe: CompiledPipe) -> list[tuple[str, exp.Query]]:
+            if not pipe.templated:
+                return list(pipe.trees)
+            trees = []
+            for name, _ in pipe.trees:
+                node = pipe.definition.node(name)
+                assert node is not None
+                text = render(node.sql, params, variables=pipe.variables, location=node.sql_location)
+                trees.append((name, parse_select(text, node.sql_location)))
+            return trees
+
+        return to_sql(self._statement(len(self.trees) - 1, rendered))
+
+
+def _static_trees(pipe: CompiledPipe) -> list[tuple[str, exp.Query]]:
+    return list(pipe.trees)
+
+
+def _upstream_ctes(pipe: CompiledPipe, trees_of: Callable[[CompiledPipe], list[tuple[str, exp.Query]]],
+                   seen: set[str]) -> list[tuple[str, exp.Query]]:
+    """Pipes read by name become CTEs named after the pipe; their nodes are renamed `pipe__node` so that
+    node names never clash (Spark SQL hoists nested CTEs), and a pipe read twice is inlined once."""
+    ctes: list[tuple[str, exp.Query]] = []
+    for upstream in pipe.upstream:
+        if upstream.name in seen:
+            continue
+        seen.add(upstream.name)
+        ctes.extend(_upstream_ctes(upstream, trees_of, seen))
+        nodes = trees_of(upstream)
+        renames = {name: f"{upstream.name}__{name}" for name, _ in nodes[:-1]}
+        for name, tree in nodes[:-1]:
+            ctes.append((renames[name], rename_tables(tree, renames)))  # type: ignore[arg-type]
+        ctes.append((upstream.name, rename_tables(nodes[-1][1], renames) if renames else nodes[-1][1]))
+    return ctes
 
 
 @dataclass(frozen=True)
@@ -125,24 +159,6 @@ class CompiledProject:
 
     def dependents(self, ref: Ref) -> list[Ref]:
         return [b for a, b in self.edges if a == ref]
-
-
-def _assemble(pipe: Pipe, render_node, pipes: Mapping[str, CompiledPipe], params: Mapping[str, Any]) -> str:
-    output = pipe.output_node
-    assert output is not None
-    trees: list[tuple[str, exp.Query]] = []
-    for node in pipe.nodes:
-        trees.append((node.name, parse_select(render_node(node.sql, node.sql_location), node.sql_location)))
-        if node is output:
-            break
-    final = trees[-1][1]
-    node_names = {n for n, _ in trees}
-    other = []
-    for name, tree in trees:
-        for table in table_names(tree):
-            if table.name in pipes and table.name not in node_names and table.name not in [o for o, _ in other]:
-                other.append((table.name, parse_select(pipes[table.name].render(params, pipes), pipe.location)))
-    return to_sql(translate_merges(inline(other + trees[:-1], final)))
 
 
 class Compiler:
