@@ -85,6 +85,22 @@ def _params_of(call_args: tuple[exp.Expression, ...]) -> list[str]:
     return params
 
 
+def combinator_arguments(state: AggregateState, form: str, call_args: tuple[exp.Expression, ...],
+                         args: list[str]) -> tuple[AggregateState, list[str], list[str]]:
+    """(state, argument SQL, parameters) of a ClickHouse-style call such as `quantilesState(x, 0.5)` (already
+    preprocessed from `quantilesState(0.5)(x)`) or `sumStateIf(x, cond)`."""
+    if form == "MergeState" or form == "Merge":
+        return state, args[:1], _params_of(call_args[1:])
+    if state.parametric:
+        return state, args[:1], _params_of(call_args[1:])
+    if form in ("StateIf", "If"):
+        cond = args[-1]
+        if state.kind == "count":
+            return BY_KIND["count_if"], [cond], []
+        return state, [f"CASE WHEN {cond} THEN {a} END" for a in args[:-1]], []
+    return state, args, []
+
+
 def resolve_state(ctx: ViewContext, body: exp.Expression) -> tuple[AggregateState, list[str], list[str], str, bool]:
     """(state, argument SQL, parameters, rewrite note, explicit) for one aggregate projection."""
     call = call_of(body)
@@ -93,21 +109,12 @@ def resolve_state(ctx: ViewContext, body: exp.Expression) -> tuple[AggregateStat
     comb = combinator(call)
     if comb is not None:
         state, form = comb
-        if form == "MergeState":
-            return state, args, [], "", True
-        if state.parametric:
-            x, params = args[:1], _params_of(call.args[1:]) if form in ("State", "") else []
-            return state, x, params, "", form.startswith("State")
-        if form in ("StateIf", "If"):
-            cond = args[-1]
-            if state.kind == "count":
-                return BY_KIND["count_if"], [cond], [], "", form == "StateIf"
-            values = [f"CASE WHEN {cond} THEN {a} END" for a in args[:-1]]
-            return state, values, [], "", form == "StateIf"
-        return state, args, [], "", True
+        state, args, params = combinator_arguments(state, form, call.args, args)
+        return state, args, params, "", form in ("State", "StateIf", "MergeState")
     if call.name == "count" and call.distinct:
-        kind = "uniq_exact" if ctx.output.node.count_distinct == "exact" else "uniq"
-        return BY_KIND[kind], args, [], f"count(DISTINCT …) → {kind} state (COUNT_DISTINCT {ctx.output.node.count_distinct})", False
+        mode = ctx.output.node.count_distinct
+        kind = "uniq_exact" if mode == "exact" else "uniq"
+        return BY_KIND[kind], args, [], f"count(DISTINCT …) → {kind} state (COUNT_DISTINCT {mode})", False
     if call.name == "count":
         return BY_KIND["count"], args, [], "", False
     state = BY_PLAIN_NAME[call.name]
@@ -187,20 +194,27 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
 
 
 def translate_merges(tree: exp.Expression) -> exp.Expression:
-    """Reads may call `xMerge(col)` (finalize a state) and `xMergeState(col)` (merge states), as in
-    Tinybird/ClickHouse; rewrite them into the Spark expressions of the catalog."""
-    anonymous = [n for n in tree.find_all(exp.Anonymous)]
-    if not anonymous:
+    """Rewrite Tinybird/ClickHouse aggregate combinators into the catalog's Spark expressions: `xMerge(col)`
+    finalizes a state, `xMergeState(col)` merges states, `xState(...)`/`xStateIf(...)` build a state and
+    `xIf(x, cond)` is the plain conditional aggregate."""
+    if not any(True for _ in tree.find_all(exp.Anonymous)):
         return tree
     tree = tree.copy()
     for node in list(tree.find_all(exp.Anonymous)):
         call = call_of(node)
         comb = combinator(call) if call is not None else None
-        if call is None or comb is None or comb[1] not in ("Merge", "MergeState") or not call.args:
+        if call is None or comb is None or (not call.args and comb[0].arity):
             continue
         state, form = comb
-        column = to_sql(call.args[0])
-        params = _params_of(call.args[1:])
-        sql = state.combine_sql(column) if form == "MergeState" else state.finalize_sql(column, params)
+        state, args, params = combinator_arguments(state, form, call.args, [to_sql(a) for a in call.args])
+        if form == "Merge":
+            sql = state.finalize_sql(args[0], params)
+        elif form == "MergeState":
+            sql = state.combine_sql(args[0])
+        elif form in ("State", "StateIf"):
+            sql = state.state_sql(args, params)
+        else:  # plain xIf: the ordinary aggregate over the filtered values
+            sql = state.state_sql(args, params) if state.kind in ("count_if", "count", "sum", "min", "max") \
+                else f"{state.plain_names[0]}({', '.join(args + params)})"
         node.replace(sqlglot.parse_one(sql, read=DIALECT))
     return tree

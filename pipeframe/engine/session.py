@@ -34,8 +34,9 @@ LOG_FILE = "spark.log"
 _LOG_ROTATE_BYTES = 5_000_000
 _JAVA_HINT = ("Install Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`, `brew install openjdk@17` "
               "or https://adoptium.net) and put it on PATH or point JAVA_HOME at it.")
-_OFFLINE_HINT = (f"Delta Lake's jars come from Maven Central on the first start; go online once, or set {JARS_ENV} "
-                 "to pre-downloaded jars (see docs/offline-jars.md).")
+_OFFLINE_HINT = ("Spark downloads Delta Lake's jars (and any spark.jars.packages) from Maven Central on the first "
+                 f"start: go online once, check spark.jars.packages, or set {JARS_ENV} to pre-downloaded jars "
+                 "(see docs/offline-jars.md).")
 
 
 def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -248,12 +249,17 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
         builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
 
     log = _jvm_log(config)
+    session = None
     with _jvm_output_into(log) as start:
         try:
             session = builder.getOrCreate()
+            _build_session_state(session)
         except (Py4JError, PySparkException, OSError) as exc:
+            if session is not None:
+                session.stop()
             output = _read_from(log, start)
-            reason = first_meaningful_line(output) or first_meaningful_line(str(exc)) or type(exc).__name__
+            reason = first_meaningful_line(str(exc)) if isinstance(exc, Py4JError) else None
+            reason = reason or first_meaningful_line(output) or first_meaningful_line(str(exc)) or repr(exc)
             hint = _OFFLINE_HINT if _looks_offline(output) else (
                 f"Check spark.master and spark.conf in pipeframe.yaml; Spark's full output is in {log}.")
             raise PipeframeError("PF503", f"Spark could not start: {_sentence(reason)}", hint) from exc
@@ -261,6 +267,24 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
         raise PipeframeError("PF503", "A Spark session without Delta Lake was already running in this process.",
                              "Stop it with spark.stop() before using pipeframe, or let pipeframe create it.")
     return session
+
+
+def _build_session_state(session: SparkSession) -> None:
+    """Build the session's lazy SQL state now, letting a failure surface as a raw Py4JJavaError.
+
+    A bad value for a spark.sql setting makes the state fail to build; pyspark's error conversion then asks
+    that broken state for its settings again and recurses through the JVM for many minutes. Skipping the
+    conversion for this one call turns that hang into an immediate, readable Java error.
+    """
+    import py4j.java_gateway
+    import py4j.protocol
+
+    converting = py4j.java_gateway.get_return_value
+    py4j.java_gateway.get_return_value = py4j.protocol.get_return_value
+    try:
+        session._jsparkSession.sessionState()
+    finally:
+        py4j.java_gateway.get_return_value = converting
 
 
 def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
@@ -281,23 +305,38 @@ def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
 
 
 def first_meaningful_line(text: str) -> str | None:
-    """The line of Spark/JVM output that says what went wrong: an exception's message, else the first line
-    that is neither launcher chatter nor a stack frame."""
+    """The line of Spark/JVM output that says what went wrong: the root cause of a Java exception, else the
+    first exception, else the first line that is neither launcher chatter nor a stack frame."""
     lines = [line.strip().removeprefix(": ").strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not _is_chatter(line)]
+    lines = [line for line in lines if line]
+    causes = [m for m in map(_CAUSE_LINE.match, lines) if m]
+    if causes:
+        return _clean(causes[-1].group("message") or causes[-1].group("name"))
+    lines = [line for line in lines if not _is_chatter(line)]
     for line in lines:
         match = _EXCEPTION_LINE.match(line)
         if match:
-            return match.group("message") or match.group("name")
-    return lines[0] if lines else None
+            return _clean(match.group("message") or match.group("name"))
+    return _clean(lines[0]) if lines else None
 
 
-_EXCEPTION_LINE = re.compile(
-    r'^(?:Exception in thread "[^"]*"\s+)?(?P<name>(?:[\w$]+\.)*[\w$]*(?:Exception|Error))(?::\s*(?P<message>.+))?$')
+# `Error: Could not create the Java Virtual Machine.` is not an exception line: the JVM says why one line above.
+_EXCEPTION = r"(?P<name>(?:[\w$]+\.)*[\w$]+(?:Exception|Error))(?::\s*(?P<message>.+))?$"
+_EXCEPTION_LINE = re.compile(r'^(?:Exception in thread "[^"]*"\s+)?' + _EXCEPTION)
+_CAUSE_LINE = re.compile(r"^Caused by: " + _EXCEPTION)
 _CHATTER = re.compile(
-    r"^(at |\.\.\. \d+ more|Caused by: |::|WARNING: |Picked up |Using Spark's default|Ivy Default Cache|"
-    r"The jars for the packages|Setting default log level|To adjust logging level|"
+    r"^(at |\.\.\. \d+ more|::|WARNING: |Picked up |Using Spark's default|Ivy Default Cache|"
+    r"The jars for the packages|Setting default log level|To adjust logging level|An error occurred while calling|"
     r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) )")
+
+
+def _clean(message: str) -> str:
+    """Drop Spark's `[ERROR_CLASS]` prefix and `SQLSTATE` suffix, and ivy's brackets around the message."""
+    message = re.sub(r"^\[[A-Z][A-Z0-9_.]*\]\s*", "", message.strip())
+    message = re.sub(r"\s*SQLSTATE: \w+\s*$", "", message)
+    if message.startswith("[") and message.endswith("]"):
+        message = message[1:-1]
+    return message.strip()
 
 
 def _is_chatter(line: str) -> bool:
