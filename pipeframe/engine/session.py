@@ -11,6 +11,7 @@ import importlib.metadata
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -291,6 +292,15 @@ def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
+    # The Connect client retries an unreachable server with backoff for many minutes; a plain TCP connect
+    # answers in seconds.
+    address = urlparse(url)
+    try:
+        socket.create_connection((address.hostname or "localhost", address.port or 15002), timeout=10).close()
+    except (OSError, ValueError) as exc:
+        raise PipeframeError("PF503", f"Spark Connect at {url} is not reachable: {_sentence(str(exc))}",
+                             "Start the Spark Connect server, or fix spark.remote / PIPEFRAME_SPARK_REMOTE "
+                             "(sc://host:port).") from exc
     try:
         session = SparkSession.builder.remote(url).getOrCreate()
         for name, value in settings.items():
@@ -299,14 +309,15 @@ def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
     except PySparkException as exc:
         reason = first_meaningful_line(str(exc)) or type(exc).__name__
         raise PipeframeError("PF503", f"Spark Connect at {url} is not usable: {_sentence(reason)}",
-                             "Check that the Spark Connect server is running and that spark.remote is "
-                             "sc://host:port; session-level spark.conf settings only.") from exc
+                             "With spark.remote, spark.conf may hold only session settings (spark.sql.* and "
+                             "the like); the server owns the rest.") from exc
     return session
 
 
 def first_meaningful_line(text: str) -> str | None:
     """The line of Spark/JVM output that says what went wrong: the root cause of a Java exception, else the
     first exception, else the first line that is neither launcher chatter nor a stack frame."""
+    text = text.split("JVM stacktrace:")[0]  # pyspark appends the Java trace after its own message
     lines = [line.strip().removeprefix(": ").strip() for line in text.splitlines()]
     lines = [line for line in lines if line]
     causes = [m for m in map(_CAUSE_LINE.match, lines) if m]
@@ -344,8 +355,7 @@ def _is_chatter(line: str) -> bool:
 
 
 def _looks_offline(output: str) -> bool:
-    return any(s in output for s in ("unresolved dependency", "UnknownHostException", "download failed",
-                                     "Connection refused", "connect timed out"))
+    return "unresolved dependency" in output or "download failed" in output  # ivy's words
 
 
 def _sentence(text: str) -> str:
@@ -386,7 +396,11 @@ def _jvm_output_into(log: Path) -> Iterator[int]:
     sys.stderr.flush()
     with open(log, "ab") as sink:
         start = sink.tell()
-        saved = [os.dup(1), os.dup(2)]
+        try:
+            saved = [os.dup(1), os.dup(2)]
+        except OSError:  # no stdout/stderr to redirect (a detached daemon): nothing to keep quiet
+            yield start
+            return
         try:
             os.dup2(sink.fileno(), 1)
             os.dup2(sink.fileno(), 2)

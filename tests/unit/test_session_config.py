@@ -27,12 +27,6 @@ from pipeframe.engine.session import (
 from pipeframe.errors import PipeframeError
 
 REPO = Path(__file__).resolve().parents[2]
-_PYSPARK_WHEN_STARTED: list[bool] = []
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _note_whether_pyspark_was_loaded_before_these_tests() -> None:
-    _PYSPARK_WHEN_STARTED.append("pyspark" in sys.modules)  # spark tests in the same run import it
 
 
 def project(tmp_path: Path, yaml: str = "", **environ: str):
@@ -241,10 +235,3 @@ def test_no_jvm_needed_for_settings_and_the_java_check(tmp_path):
             "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, 'pyspark was imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-
-
-def test_this_module_never_imported_pyspark():
-    """Runs last in this file: nothing above may have pulled pyspark in."""
-    if _PYSPARK_WHEN_STARTED[0]:
-        pytest.skip("pyspark was imported by tests that ran before this module")
-    assert "pyspark" not in sys.modules

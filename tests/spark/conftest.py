@@ -1,0 +1,43 @@
+"""Spark test fixtures: one embedded Spark + Delta session for the whole run, built by pipeframe's builder.
+
+Use `spark` for the session, `spark_config` for the project it belongs to and `table_path` for a fresh
+Delta table location under that project's warehouse. Calling get_session with other settings restarts Spark
+and stops this session, so tests that need a project should build it under `spark_config.root`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeframe.config import ProjectConfig, load_config
+from pipeframe.engine.session import get_session, stop_session
+
+_tables = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark_config(tmp_path_factory: pytest.TempPathFactory) -> ProjectConfig:
+    """A throwaway project whose pipeframe.yaml asks for 2 shuffle partitions; the warehouse is its default."""
+    root = tmp_path_factory.mktemp("spark_project")
+    (root / "pipeframe.yaml").write_text(
+        "name: spark_tests\nspark:\n  conf:\n    spark.sql.shuffle.partitions: 2\n", encoding="utf-8")
+    # environ={}: a developer's PIPEFRAME_WAREHOUSE or PIPEFRAME_SPARK_REMOTE must not leak into tests.
+    return load_config(root, environ={})
+
+
+@pytest.fixture(scope="session")
+def spark(spark_config: ProjectConfig) -> Iterator:
+    session = get_session(spark_config)
+    yield session
+    stop_session()
+
+
+@pytest.fixture
+def table_path(spark_config: ProjectConfig, request: pytest.FixtureRequest) -> str:
+    """A path under the warehouse where no table exists yet, unique to this test."""
+    name = "".join(c if c.isalnum() else "_" for c in request.node.name)
+    return str(Path(spark_config.warehouse_uri) / "tests" / f"{name}_{next(_tables)}")
