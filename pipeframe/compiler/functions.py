@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from pipeframe.compiler.aggregates import ALL_AGGREGATES, AggregateState, split_clickhouse_name
+from pipeframe.compiler.sql import DIALECT
 
 NON_DETERMINISTIC = {
     "rand", "random", "randn", "uuid", "shuffle", "current_timestamp", "now", "current_date", "curdate",
@@ -38,7 +39,7 @@ def spark_name(node: exp.Expression) -> str:
     cls = type(node)
     name = _NAMES.get(cls)
     if name is None:
-        rendered = node.sql(dialect="spark") if isinstance(node, exp.Func) else ""
+        rendered = node.sql(dialect=DIALECT) if isinstance(node, exp.Func) else ""
         head = rendered.split("(", 1)[0].strip()
         name = head if head and " " not in head else (node.sql_name() if isinstance(node, exp.Func) else node.key)
         _NAMES[cls] = name

@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from pipeframe.compiler.aggregates import BY_PLAIN_NAME, state_type_for
 from pipeframe.compiler.functions import call_of, combinator
+from pipeframe.compiler.sql import DIALECT
 from pipeframe.compiler.types import TypeProblem, from_sqlglot, normalize_type
 
 Scope = Mapping[str, str | None]  # column name (and `alias.column`) -> Spark type
@@ -52,7 +53,7 @@ def widen(a: str | None, b: str | None) -> str | None:
 
 def _cast_type(node: exp.Cast) -> str | None:
     try:
-        return normalize_type(node.to.sql(dialect="spark"))
+        return normalize_type(node.to.sql(dialect=DIALECT))
     except TypeProblem:
         return from_sqlglot(node.to)
 

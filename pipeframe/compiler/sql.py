@@ -9,11 +9,13 @@ import re
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
 from pipeframe.errors import Location, PipeframeError
 
-DIALECT = "spark"
+# One dialect instance: passing the name makes sqlglot look it up and build a new one on every call.
+DIALECT = Dialect.get_or_raise("spark")
 # `quantilesState(0.5, 0.9)(x)` → `quantilesState(x, 0.5, 0.9)`: the catalog knows the first argument is x.
 PARAMETRIC_CALL = re.compile(r"\b(quantiles?(?:TDigest)?(?:State|Merge|MergeState|If|StateIf)?)\s*\(([^()]*)\)\s*\(")
 
