@@ -66,6 +66,8 @@ class Diagnostic:
 class PipeframeError(Exception):
     """The one exception type that reaches users; it holds one or more diagnostics."""
 
+    exit_code = 1  # what the CLI exits with
+
     def __init__(
         self,
         code: str,
@@ -89,6 +91,12 @@ class PipeframeError(Exception):
     @property
     def code(self) -> str:
         return self.diagnostics[0].code
+
+
+class RefusedError(PipeframeError):
+    """A change pipeframe will not make (deploy exit status 3), as opposed to an error (exit status 1)."""
+
+    exit_code = 3
 
 
 @dataclass

@@ -6,7 +6,7 @@ A Project is a folder of datafiles plus its settings for one environment; compil
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -15,8 +15,13 @@ from typing import TYPE_CHECKING
 from pipeframe.config import ProjectConfig, load_config
 from pipeframe.errors import Diagnostic, Location, PipeframeError
 
-if TYPE_CHECKING:  # the compiler is imported lazily so `import pipeframe` stays cheap
+if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import pipeframe` stays cheap
+    from pyspark.sql import DataFrame, SparkSession
+
     from pipeframe.compiler.compile import CompiledProject
+    from pipeframe.engine.deploy import DeployResult
+    from pipeframe.engine.warehouse import Deployment, Warehouse
+    from pipeframe.plan.diff import Change, Plan
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,8 @@ class Project:
     """
 
     def __init__(self, root: str | os.PathLike[str] = ".", env: str | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, spark: SparkSession | None = None) -> None:
+        self._spark = spark
         self.root = Path(root).resolve()
         self.env = env
         self.environ = dict(os.environ if environ is None else environ)
@@ -135,3 +141,89 @@ class Project:
         if fmt not in renderers:
             raise PipeframeError("PF005", f"Unknown graph format `{fmt}`.", "Use mermaid or dot.")
         return renderers[fmt](self.compiled)
+
+    # ------------------------------------------------------------------------------ engine side
+    @cached_property
+    def spark(self) -> SparkSession:
+        """The SparkSession for this project (started on first use; pass `spark=` to share one)."""
+        if self._spark is not None:
+            return self._spark
+        from pipeframe.engine.session import get_session
+
+        return get_session(self.config)
+
+    @cached_property
+    def warehouse(self) -> Warehouse:
+        from pipeframe.engine.warehouse import Warehouse
+
+        return Warehouse(self.spark, self.config.warehouse_uri)
+
+    def plan(self, allow_destructive: bool = False) -> Plan:
+        """What `deploy` would do: the files (desired) against the warehouse's state store (deployed)."""
+        from pipeframe.plan.diff import diff
+        from pipeframe.plan.state import desired_state
+
+        deployed = self.warehouse.deployed()
+        compiled = self.compiled
+        if compiled.errors:
+            self._refuse_dropping_what_is_read(compiled, deployed)
+            raise PipeframeError.many(compiled.errors)
+        states = {key: r.state for key, r in deployed.items()}
+        return diff(desired_state(compiled), states, allow_destructive=allow_destructive)
+
+    def _refuse_dropping_what_is_read(self, compiled: CompiledProject, deployed: Mapping) -> None:
+        """A deployed datasource whose file was removed while pipes still read it: a refused drop (exit 3)
+        listing its dependents, rather than a plain unknown-name error."""
+        import re
+
+        removed = {r.state.name for r in deployed.values() if r.state.has_table} - set(compiled.datasources)
+        readers: dict[str, list[str]] = {}
+        for d in compiled.errors:
+            match = re.search(r"Unknown table or node `([^`]+)`", d.message) if d.code == "PF301" else None
+            if match is None or match.group(1) not in removed:
+                return
+            reader = Path(d.location.path).stem if d.location else "?"
+            readers.setdefault(match.group(1), [])
+            if reader not in readers[match.group(1)]:
+                readers[match.group(1)].append(reader)
+        if readers:
+            from pipeframe.errors import Diagnostic, RefusedError
+
+            raise RefusedError.many(
+                Diagnostic("PF607", f"Cannot drop `{name}`: it is read by {', '.join(sorted(names))}.",
+                           "Remove or change those pipes first, then drop it (with --allow-destructive).")
+                for name, names in sorted(readers.items()))
+
+    def deploy(self, allow_destructive: bool = False,
+               on_step: Callable[[str, Change], None] | None = None) -> DeployResult:
+        """Apply the plan: create, alter, rebuild (beside the live version, then swap) and drop resources."""
+        from pipeframe.engine.deploy import Deployer, DeployResult
+        from pipeframe.plan.state import desired_state
+
+        plan = self.plan(allow_destructive)
+        if not plan.has_changes and not plan.refused:
+            return DeployResult("", 0, plan)
+        order = list(desired_state(self.compiled))
+        return Deployer(self.spark, self.warehouse, on_step).apply(plan, order, git_commit(self.root))
+
+    def history(self) -> list[Deployment]:
+        return self.warehouse.history()
+
+    def query(self, sql: str) -> DataFrame:
+        """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values)."""
+        from pipeframe.compiler.compile import compile_query
+
+        self.warehouse.register(self.warehouse.deployed())
+        return self.spark.sql(compile_query(sql))
+
+
+def git_commit(root: Path) -> str | None:
+    """The commit the project folder is at, for the deploy history (None outside git)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

@@ -509,3 +509,10 @@ def compile_project(resources: Resources, variables: Mapping[str, Any] | None = 
 
 
 __all__ = ["CompiledDatasource", "CompiledPipe", "CompiledProject", "CompiledView", "Scope", "compile_project"]
+
+
+def compile_query(sql: str) -> str:
+    """An ad-hoc query (`pipeframe query`) as Spark SQL: State/Merge combinators translated."""
+    from pipeframe.errors import Location as _Location
+
+    return to_sql(translate_merges(parse_select(sql, _Location("<query>"))))

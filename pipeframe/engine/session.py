@@ -187,8 +187,18 @@ def get_session(config: ProjectConfig) -> SparkSession:
             session = _start_connect(config.spark.remote, settings)
         else:
             session = _start_embedded(config, settings)
+        _quiet_query_context_loggers()
         _live = _Live(key, session, bool(config.spark.remote))
         return session
+
+
+def _quiet_query_context_loggers() -> None:
+    """pyspark logs every failed query, with its JVM stack trace, to stderr before raising it; pipeframe
+    reports the error itself (one located sentence), so those loggers are switched off."""
+    import logging
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).disabled = True
 
 
 def stop_session() -> None:

@@ -1,0 +1,246 @@
+"""The warehouse: where every table lives, the state store (deployed resources and deploy history, as Delta
+tables under `_pipeframe/`), the deploy lock, and the one place that maps resource names to physical tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from pipeframe.errors import PipeframeError
+from pipeframe.plan.state import ResourceState
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+STATE_SCHEMA = ("record STRING, key STRING, name STRING, kind STRING, version BIGINT, path STRING, state STRING, "
+                "definition_hash STRING, deployed_at TIMESTAMP, deployment STRING, started_at TIMESTAMP, "
+                "finished_at TIMESTAMP, git_commit STRING, plan STRING, result STRING, error STRING, "
+                "user STRING, host STRING")
+LOCK_SCHEMA = "id INT, holder STRING, host STRING, pid INT, acquired_at TIMESTAMP, expires_at TIMESTAMP"
+LOCK_TTL_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class DeployedResource:
+    """A resource as the state store records it: its definition and, for tables, its live physical version."""
+
+    state: ResourceState
+    version: int = 0
+    path: str | None = None
+    deployed_at: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        return self.state.key
+
+
+@dataclass(frozen=True)
+class Deployment:
+    id: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    git_commit: str | None
+    result: str
+    plan: dict
+    error: str | None
+    user: str | None
+    host: str | None
+
+
+def quote_path(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Warehouse:
+    """One warehouse (a local folder or any Hadoop URI) seen through one SparkSession."""
+
+    def __init__(self, spark: SparkSession, uri: str) -> None:
+        self.spark = spark
+        self.uri = uri.rstrip("/")
+        self.state_path = f"{self.uri}/_pipeframe/state"
+        self.lock_path = f"{self.uri}/_pipeframe/lock"
+
+    # ------------------------------------------------------------------------------------ layout
+    def table_path(self, name: str, version: int) -> str:
+        return f"{self.uri}/tables/{name}/v{version}"
+
+    def _exists(self, path: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, path)
+
+    # ------------------------------------------------------------------------------- state store
+    def _records(self) -> list:
+        if not self._exists(self.state_path):
+            return []
+        return self.spark.read.format("delta").load(self.state_path).collect()
+
+    def deployed(self) -> dict[str, DeployedResource]:
+        """Every deployed resource by key, dependencies first (the order of the last deploy)."""
+        records = self._records()
+        order_row = next((r for r in records if r["record"] == "order"), None)
+        order = {key: i for i, key in enumerate(json.loads(order_row["state"]) if order_row else [])}
+        resources = [DeployedResource(ResourceState.from_json(json.loads(r["state"])), int(r["version"] or 0),
+                                      r["path"], r["deployed_at"]) for r in records if r["record"] == "resource"]
+        resources.sort(key=lambda r: (order.get(r.key, len(order)), r.key))
+        return {r.key: r for r in resources}
+
+    def history(self) -> list[Deployment]:
+        rows = sorted((r for r in self._records() if r["record"] == "deployment"), key=lambda r: r["started_at"])
+        return [Deployment(r["key"], r["started_at"], r["finished_at"], r["git_commit"], r["result"] or "",
+                           json.loads(r["plan"]) if r["plan"] else {}, r["error"], r["user"], r["host"])
+                for r in rows]
+
+    def _ensure_state(self) -> None:
+        if not self._exists(self.state_path):
+            try:
+                self.spark.createDataFrame([], STATE_SCHEMA).write.format("delta").mode("append") \
+                    .save(self.state_path)
+            except Exception as exc:  # noqa: BLE001 — a concurrent first deploy may create it first
+                if not self._exists(self.state_path):
+                    raise PipeframeError("PF601", f"The state store at {self.state_path} cannot be created: "
+                                         f"{_first_line(exc)}.", "Check the warehouse location and its "
+                                         "permissions.") from None
+
+    def record_start(self, deployment: str, git_commit: str | None, plan: dict) -> None:
+        self._ensure_state()
+        row = {"record": "deployment", "key": deployment, "started_at": now(), "git_commit": git_commit,
+               "plan": json.dumps(plan), "result": "running", "user": _user(), "host": socket.gethostname()}
+        self.spark.createDataFrame([row], STATE_SCHEMA).write.format("delta").mode("append").save(self.state_path)
+
+    def record_failure(self, deployment: str, error: str) -> None:
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(self.spark, self.state_path).update(
+            f"record = 'deployment' AND key = '{deployment}'",
+            {"result": "'failed'", "finished_at": "current_timestamp()", "error": _sql_string(error[:2000])})
+
+    def commit(self, deployment: str, resources: Iterable[DeployedResource], order: list[str]) -> None:
+        """Swap in the new set of resources and mark the deployment succeeded, in ONE Delta commit: either
+        every change of the deploy becomes live, or none does."""
+        from delta.tables import DeltaTable
+
+        stamp = now()
+        rows = [{"record": "resource", "key": r.key, "name": r.state.name, "kind": r.state.kind,
+                 "version": r.version, "path": r.path, "state": json.dumps(r.state.to_json()),
+                 "definition_hash": r.state.definition_hash(), "deployed_at": r.deployed_at or stamp,
+                 "deployment": deployment} for r in resources]
+        rows.append({"record": "order", "key": "order", "state": json.dumps(order), "deployment": deployment})
+        rows.append({"record": "deployment", "key": deployment, "finished_at": stamp, "result": "succeeded"})
+        source = self.spark.createDataFrame(rows, STATE_SCHEMA)
+        deployment_columns = {"finished_at": "s.finished_at", "result": "s.result"}
+        (DeltaTable.forPath(self.spark, self.state_path).alias("t")
+         .merge(source.alias("s"), "t.record = s.record AND t.key = s.key")
+         .whenMatchedUpdate("s.record = 'deployment'", deployment_columns)
+         .whenMatchedUpdateAll("s.record <> 'deployment'")
+         .whenNotMatchedInsertAll()
+         .whenNotMatchedBySourceDelete("t.record IN ('resource', 'order')")
+         .execute())
+
+    # ------------------------------------------------------------------------------------- lock
+    def acquire_lock(self, holder: str) -> None:
+        """Serialize deploys: fail fast while another live deploy holds the lock.
+
+        The lock is a one-row Delta table taken with a conditional UPDATE; Delta's optimistic concurrency makes
+        two simultaneous takes conflict, so exactly one wins. A lock left by a killed process on this host, or
+        older than an hour, is taken over."""
+        try:
+            if not self._exists(self.lock_path):
+                self.spark.createDataFrame([(1, None, None, None, None, None)], LOCK_SCHEMA) \
+                    .write.format("delta").mode("errorifexists").save(self.lock_path)
+            if self._take("holder IS NULL OR expires_at < current_timestamp()", holder):
+                return
+            current = self.spark.read.format("delta").load(self.lock_path).first()
+            if current is None or not self._stale(current) \
+                    or not self._take(f"holder = {_sql_string(current['holder'])}", holder):
+                raise _busy(current)
+        except PipeframeError:
+            raise
+        except Exception as exc:
+            text = f"{type(exc).__name__} {exc}".lower()
+            if "concurrent" in text or "already exists" in text:
+                raise PipeframeError("PF602", "Another deploy is running on this warehouse.",
+                                     "Wait for it to finish and run deploy again; deploys are serialized.") from None
+            raise
+
+    def _take(self, condition: str, holder: str) -> bool:
+        result = self.spark.sql(
+            f"UPDATE {quote_path(self.lock_path)} SET holder = {_sql_string(holder)}, "
+            f"host = {_sql_string(socket.gethostname())}, pid = {os.getpid()}, acquired_at = current_timestamp(), "
+            f"expires_at = current_timestamp() + INTERVAL {LOCK_TTL_SECONDS} SECONDS WHERE {condition}").first()
+        return bool(result and result[0])
+
+    def _stale(self, row) -> bool:
+        if row["expires_at"] is not None and row["expires_at"] < now():
+            return True
+        if row["host"] == socket.gethostname() and row["pid"]:
+            try:
+                os.kill(int(row["pid"]), 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+        return False
+
+    def release_lock(self, holder: str) -> None:
+        from delta.tables import DeltaTable
+
+        if self._exists(self.lock_path):
+            DeltaTable.forPath(self.spark, self.lock_path).update(
+                f"holder = {_sql_string(holder)}",
+                {"holder": "NULL", "host": "NULL", "pid": "NULL", "acquired_at": "NULL", "expires_at": "NULL"})
+
+    # --------------------------------------------------------------------------- name mapping
+    def register(self, resources: Mapping[str, DeployedResource]) -> None:
+        """Make every resource readable by its name in this session: the one place names become tables.
+
+        Landing datasources read their declared columns; view targets read through their finalizing SQL,
+        so users see merged values, never partial states."""
+        for resource in resources.values():
+            state = resource.state
+            if not state.has_table or resource.path is None:
+                continue
+            self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{state.name}` AS {read_sql(state, resource.path)}")
+
+
+def read_sql(state: ResourceState, path: str) -> str:
+    """The SELECT that reads a resource by name from its physical table."""
+    table = quote_path(path)
+    if state.read_sql:
+        return state.read_sql.replace("{table}", table)
+    return f"SELECT {', '.join(f'`{name}`' for name, _ in state.columns)} FROM {table}"
+
+
+def new_deployment_id() -> str:
+    return f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def _busy(row) -> PipeframeError:
+    who = f" (pid {row['pid']} on {row['host']}, since {row['acquired_at']:%Y-%m-%d %H:%M:%S} UTC)" \
+        if row is not None and row["acquired_at"] else ""
+    return PipeframeError("PF602", f"Another deploy is running on this warehouse{who}.",
+                          "Wait for it to finish and run deploy again; deploys are serialized.")
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _user() -> str | None:
+    return os.environ.get("USER") or os.environ.get("USERNAME")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

@@ -1,0 +1,132 @@
+"""ResourceState: the deployable description of one resource, as recorded in the warehouse's state store.
+
+`desired_state(compiled)` derives it from a CompiledProject; deploy stores it as JSON and diffs against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from pipeframe.compiler.compile import CompiledProject, Ref
+
+Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe"]
+
+
+@dataclass(frozen=True)
+class ResourceState:
+    """One resource as deploy sees it.
+
+    `key` is unique across kinds ("datasource:sales", "pipe:top_products"): a materialized pipe may share
+    its name with its target. Datasource-like resources (kind datasource or view) own a physical table;
+    pipes own none.
+    """
+
+    key: str
+    name: str
+    kind: Kind
+    # Physical definition of a table (changing it needs a rebuild or an ALTER):
+    columns: tuple[tuple[str, str], ...] = ()  # (name, Spark type) as stored (states as state types)
+    partition_key: str | None = None
+    sorting_key: tuple[str, ...] = ()
+    # For view targets: what fills the table.
+    view_pipe: str | None = None
+    source: str | None = None  # the datasource that triggers the view
+    state_sql: str | None = None
+    keys: tuple[str, ...] = ()
+    read_sql: str | None = None  # SELECT over `{table}` that returns finalized values
+    backfill: str | None = None  # "skip" or None
+    # Metadata (an ALTER without moving data):
+    description: str = ""
+    ttl: str | None = None
+    tokens: tuple[tuple[str, str], ...] = ()
+    engine: str | None = None
+    forward_query: str | None = None
+    # Pipes: the compiled statement (analysis mode) is their whole definition.
+    sql: str | None = None
+    depends_on: tuple[str, ...] = field(default_factory=tuple)  # keys of resources read
+
+    @property
+    def has_table(self) -> bool:
+        return self.kind in ("datasource", "view")
+
+    def physical_hash(self) -> str:
+        """What, when changed, means the table's rows must be rebuilt."""
+        return _hash([self.columns, self.partition_key, self.source, self.state_sql, self.keys])
+
+    def definition_hash(self) -> str:
+        """Everything recorded; equal hashes mean the resource is unchanged."""
+        return _hash(self.to_json())
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> ResourceState:
+        tuples = {"columns", "sorting_key", "keys", "tokens", "depends_on"}
+        fixed = {k: (tuple(tuple(x) if isinstance(x, list) else x for x in v) if k in tuples and v is not None
+                     else v) for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**fixed)
+
+
+def _hash(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+def key_of(ref: Ref) -> str:
+    return f"{ref.kind}:{ref.name}"
+
+
+def desired_state(compiled: CompiledProject) -> dict[str, ResourceState]:
+    """Every resource of a valid compiled project, keyed by `kind:name`, in dependency order."""
+    deps: dict[str, list[str]] = {}
+    for a, b in compiled.edges:
+        deps.setdefault(key_of(b), []).append(key_of(a))
+    # A materialized pipe is deployed as part of its target (kind "view"): the view depends on what the
+    # pipe reads, and the pipe itself is not a separate resource.
+    folded = {key_of(Ref("pipe", p.name)) for p in compiled.pipes.values() if p.type == "materialized"}
+    for key, sources in deps.items():
+        deps[key] = [d for s in sources for d in (deps.get(s, []) if s in folded else [s])]
+    states: dict[str, ResourceState] = {}
+    for ref in compiled.order:
+        key = key_of(ref)
+        if key in folded:
+            continue
+        depends_on = tuple(dict.fromkeys(deps.get(key, ())))
+        if ref.kind == "datasource":
+            ds = compiled.datasources.get(ref.name)
+            if ds is None:
+                continue
+            definition = ds.definition
+            view = compiled.pipes[ds.view].view if ds.view else None
+            plan = view.plan if view is not None else None
+            states[key] = ResourceState(
+                key=key, name=ref.name, kind="view" if plan is not None else "datasource",
+                columns=tuple((c.name, c.type or "STRING") for c in ds.columns),
+                partition_key=definition.partition_key if definition else None,
+                sorting_key=definition.sorting_key if definition else (),
+                view_pipe=ds.view if plan is not None else None,
+                source=view.trigger if view is not None else None,
+                state_sql=plan.state_sql if plan is not None else None,
+                keys=plan.keys if plan is not None else (),
+                read_sql=plan.read_sql("{table}") if plan is not None else None,
+                backfill=definition.backfill if definition else None,
+                description=definition.description if definition else "",
+                ttl=definition.ttl if definition else None,
+                tokens=tuple((t.name, t.scope) for t in definition.tokens) if definition else (),
+                engine=definition.engine if definition else None,
+                forward_query=definition.forward_query if definition else None,
+                depends_on=depends_on,
+            )
+        else:
+            pipe = compiled.pipes.get(ref.name)
+            if pipe is None:
+                continue
+            states[key] = ResourceState(
+                key=key, name=ref.name, kind=pipe.type or "pipe", description=pipe.definition.description,
+                tokens=tuple((t.name, t.scope) for t in pipe.definition.tokens), sql=pipe.sql,
+                depends_on=depends_on,
+            )
+    return states

@@ -1,0 +1,267 @@
+"""Deploy on real Spark + Delta: each change class of PRODUCT.md section 6, faults and concurrency."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeframe.errors import PipeframeError, RefusedError
+from pipeframe.project import Project
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "example_project"
+WORKER = Path(__file__).with_name("deploy_worker.py")
+
+EVENTS = """\
+DESCRIPTION >
+    Raw events
+SCHEMA >
+    `ts` TIMESTAMP,
+    `user_id` STRING,
+    `amount` INT
+ENGINE_SORTING_KEY user_id
+"""
+HOURLY = """\
+NODE hourly
+SQL >
+    SELECT date_trunc('hour', ts) AS hour, count(*) AS n, sum(amount) AS total
+    FROM events
+    GROUP BY 1
+TYPE materialized
+DATASOURCE hourly
+"""
+DAILY = """\
+NODE daily
+SQL >
+    SELECT date_trunc('day', hour) AS day, sum(n) AS n
+    FROM hourly
+    GROUP BY 1
+TYPE materialized
+DATASOURCE daily
+"""
+
+
+@pytest.fixture
+def project_dir(spark_config, request):
+    root = Path(spark_config.root) / "deploy" / request.node.name
+    shutil.rmtree(root, ignore_errors=True)
+    for rel, text in {"datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY,
+                      "pipes/daily.pipe": DAILY}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "pipeframe.yaml").write_text("name: deploytest\n")
+    return root
+
+
+def project(root: Path, spark) -> Project:
+    return Project(root, spark=spark, environ={})
+
+
+def insert_events(p: Project, rows: list[tuple[str, str, int]]) -> None:
+    path = p.warehouse.deployed()["datasource:events"].path
+    frame = p.spark.createDataFrame(rows, "ts STRING, user_id STRING, amount INT")
+    frame.selectExpr("CAST(ts AS TIMESTAMP) AS ts", "user_id", "amount").write.format("delta").mode("append").save(path)
+
+
+def rows(p: Project, sql: str) -> list[tuple]:
+    return [tuple(r) for r in p.query(sql).collect()]
+
+
+def table_files(p: Project, key: str) -> set[str]:
+    path = p.warehouse.deployed()[key].path
+    return {r[0] for r in p.spark.read.format("delta").load(path).selectExpr("input_file_name()").distinct().collect()}
+
+
+def test_example_project_deploys_and_a_second_deploy_changes_nothing(spark, spark_config):
+    root = Path(spark_config.root) / "example_copy"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".pipeframe"))
+    p = project(root, spark)
+    first = p.deploy()
+    assert first.changes == len(first.plan.changes) > 10
+    second = project(root, spark).plan()
+    assert not second.has_changes and second.exit_code() == 0
+    assert project(root, spark).deploy().changes == 0
+    assert rows(p, "SELECT count(*) FROM sales_by_day") == [(0,)]
+    [record] = project(root, spark).history()
+    assert record.result == "succeeded" and record.plan["changes"]
+
+
+def test_description_edit_rewrites_no_data_files(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5), ("2024-05-01 11:00:00", "b", 7)])
+    before = table_files(p, "datasource:events")
+    (project_dir / "datasources/events.datasource").write_text(EVENTS.replace("Raw events", "Raw click events"))
+    p = project(project_dir, spark)
+    plan = p.plan()
+    [change] = plan.pending
+    assert (change.key, change.action, change.summary) == ("datasource:events", "alter", "no data moved")
+    p.deploy()
+    assert table_files(p, "datasource:events") == before
+    path = p.warehouse.deployed()["datasource:events"].path
+    assert spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["description"] == "Raw click events"
+    assert not project(project_dir, spark).plan().has_changes
+
+
+def test_added_column_keeps_rows(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
+    (project_dir / "datasources/events.datasource").write_text(
+        EVENTS.replace("`amount` INT", "`amount` INT,\n    `country` STRING"))
+    p = project(project_dir, spark)
+    [change] = p.plan().pending
+    assert change.action == "alter" and "country" in change.summary
+    p.deploy()
+    assert rows(p, "SELECT user_id, amount, country FROM events") == [("a", 5, None)]
+
+
+def test_view_query_change_rebuilds_beside_the_live_version_and_swaps(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5), ("2024-05-01 10:30:00", "b", 7),
+                      ("2024-05-01 11:00:00", "a", 1)])
+    p.deploy()  # no changes: hourly stays as it was built (empty at the first deploy)
+    (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("FROM events", "FROM events WHERE amount > 1"))
+    p = project(project_dir, spark)
+    plan = p.plan()
+    actions = {c.key: c.action for c in plan.pending}
+    assert actions == {"datasource:hourly": "rebuild", "datasource:daily": "rebuild"}  # downstream too
+    old_path = p.warehouse.deployed()["datasource:hourly"].path
+    seen_during_backfill: list = []
+
+    def on_step(step, change):
+        if step == "backfill":
+            seen_during_backfill.append(rows(project(project_dir, spark), "SELECT sum(n) FROM hourly"))
+
+    p.deploy(on_step=on_step)
+    assert seen_during_backfill[0] == [(None,)]  # the old version (built before any rows) still answered
+    p = project(project_dir, spark)
+    assert rows(p, "SELECT n, total FROM hourly ORDER BY hour") == [(2, 12)]  # 11:00 had only amount 1
+    assert rows(p, "SELECT n FROM daily") == [(2,)]
+    assert p.warehouse.deployed()["datasource:hourly"].path != old_path
+    assert not Path(old_path).exists()  # the old version is removed after the swap
+
+
+def test_type_change_without_forward_query_is_refused(spark, project_dir):
+    project(project_dir, spark).deploy()
+    (project_dir / "datasources/events.datasource").write_text(EVENTS.replace("`amount` INT", "`amount` STRING"))
+    p = project(project_dir, spark)
+    plan = p.plan()
+    assert plan.exit_code() == 3
+    [refused] = plan.refused
+    assert "amount" in refused.refused and "FORWARD_QUERY" in (refused.hint or "")
+    with pytest.raises(PipeframeError):
+        p.deploy(allow_destructive=True)
+
+
+def test_type_change_with_forward_query_converts_rows(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
+    (project_dir / "datasources/events.datasource").write_text(
+        EVENTS.replace("`amount` INT", "`amount` DOUBLE")
+        + "FORWARD_QUERY >\n    ts, user_id, CAST(amount AS DOUBLE) * 1.5 AS amount\n")
+    p = project(project_dir, spark)
+    assert {c.key: c.action for c in p.plan().pending}["datasource:events"] == "rebuild"
+    p.deploy()
+    assert rows(p, "SELECT user_id, amount FROM events") == [("a", 7.5)]
+    assert rows(p, "SELECT n, total FROM hourly") == [(1, 7.5)]  # downstream views rebuilt from the new rows
+
+
+def test_removed_file_is_refused_then_dropped_with_allow_destructive(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    daily_path = p.warehouse.deployed()["datasource:daily"].path
+    (project_dir / "pipes/daily.pipe").unlink()
+    p = project(project_dir, spark)
+    assert p.plan().exit_code() == 3
+    with pytest.raises(PipeframeError):
+        p.deploy()
+    assert "datasource:daily" in p.warehouse.deployed()
+    p.deploy(allow_destructive=True)
+    assert "datasource:daily" not in project(project_dir, spark).warehouse.deployed()
+    assert not Path(daily_path).exists()
+
+
+def test_dropping_a_datasource_a_view_reads_is_refused_with_dependents(spark, project_dir):
+    project(project_dir, spark).deploy()
+    (project_dir / "datasources/events.datasource").unlink()
+    p = project(project_dir, spark)
+    for allow in (False, True):
+        with pytest.raises(RefusedError) as err:
+            p.plan(allow_destructive=allow)
+        [diagnostic] = err.value.diagnostics
+        assert diagnostic.code == "PF607" and err.value.exit_code == 3
+        assert diagnostic.message == "Cannot drop `events`: it is read by hourly."
+    assert "datasource:events" in p.warehouse.deployed()
+
+
+def test_failing_backfill_leaves_live_tables_and_state_unchanged(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
+    before = p.warehouse.deployed()
+    # A cast that fails at run time (ANSI mode): the backfill query errors after the new version was created.
+    (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("sum(amount)", "sum(CAST(user_id AS INT))"))
+    p = project(project_dir, spark)
+    with pytest.raises(PipeframeError) as err:
+        p.deploy()
+    assert err.value.code == "PF603" and "previous version is still live" in err.value.diagnostics[0].hint
+    assert p.warehouse.deployed() == before
+    assert rows(p, "SELECT count(*) FROM hourly") == [(0,)]
+    assert p.history()[-1].result == "failed"
+    (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*)", "count(ts)"))
+    p = project(project_dir, spark)
+    p.deploy()
+    assert rows(p, "SELECT n, total FROM hourly") == [(1, 5)]
+
+
+def run_worker(root: Path, mode: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(WORKER), str(root), mode, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_deploy_killed_during_backfill_changes_nothing_and_the_next_deploy_completes(spark, project_dir):
+    p = project(project_dir, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
+    before = p.warehouse.deployed()
+    (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*) AS n", "count(user_id) AS n"))
+    worker = run_worker(project_dir, "kill-at-backfill")
+    worker.wait(timeout=300)
+    assert worker.returncode == -9, worker.stderr.read()
+    p = project(project_dir, spark)
+    assert p.warehouse.deployed() == before
+    assert rows(p, "SELECT count(*) FROM hourly") == [(0,)]
+    p.deploy()  # takes over the dead process's lock
+    assert rows(project(project_dir, spark), "SELECT n, total FROM hourly") == [(1, 5)]
+    assert [d.result for d in p.history()][-2:] == ["running", "succeeded"]
+
+
+def test_concurrent_deploys_one_wins_the_other_fails_clearly(spark, project_dir, tmp_path):
+    go = tmp_path / "go"
+    workers = [run_worker(project_dir, "slow", str(go)) for _ in range(2)]
+    for worker in workers:
+        assert worker.stdout.readline().strip() == "ready", worker.stderr.read()
+    go.touch()
+    outputs = []
+    for worker in workers:
+        out, err = worker.communicate(timeout=300)
+        outputs.append((worker.returncode, out + err))
+    codes = sorted(code for code, _ in outputs)
+    assert codes == [0, 1], outputs
+    loser = next(text for code, text in outputs if code == 1)
+    assert "PF602" in loser and "Another deploy is running" in loser
+    p = project(project_dir, spark)
+    assert not p.plan().has_changes
+    assert [d.result for d in p.history()] == ["succeeded"]
+    assert json.dumps([r.key for r in p.warehouse.deployed().values()])
+    time.sleep(0)
