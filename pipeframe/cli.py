@@ -184,7 +184,7 @@ def graph(project_dir: str, env: str | None, fmt: str) -> None:
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True)  # long lines stay whole in CI logs
 
 
 @main.command()

@@ -22,6 +22,35 @@ SCHEMA >
     `category` LowCardinality(String)
 """
 
+# A small events → hourly view → daily cascading view project, shared by the plan and deploy tests.
+EVENTS = """\
+DESCRIPTION >
+    Raw events
+SCHEMA >
+    `ts` TIMESTAMP,
+    `user_id` STRING,
+    `amount` INT
+ENGINE_SORTING_KEY user_id
+"""
+HOURLY = """\
+NODE hourly
+SQL >
+    SELECT date_trunc('hour', ts) AS hour, count(*) AS n, sum(amount) AS total
+    FROM events
+    GROUP BY 1
+TYPE materialized
+DATASOURCE hourly
+"""
+DAILY = """\
+NODE daily
+SQL >
+    SELECT date_trunc('day', hour) AS day, sum(n) AS n
+    FROM hourly
+    GROUP BY 1
+TYPE materialized
+DATASOURCE daily
+"""
+
 
 def write_project(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():

@@ -13,39 +13,11 @@ import pytest
 
 from pipeframe.errors import PipeframeError, RefusedError
 from pipeframe.project import Project
+from tests.conftest import DAILY, EVENTS, HOURLY
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
 WORKER = Path(__file__).with_name("deploy_worker.py")
-
-EVENTS = """\
-DESCRIPTION >
-    Raw events
-SCHEMA >
-    `ts` TIMESTAMP,
-    `user_id` STRING,
-    `amount` INT
-ENGINE_SORTING_KEY user_id
-"""
-HOURLY = """\
-NODE hourly
-SQL >
-    SELECT date_trunc('hour', ts) AS hour, count(*) AS n, sum(amount) AS total
-    FROM events
-    GROUP BY 1
-TYPE materialized
-DATASOURCE hourly
-"""
-DAILY = """\
-NODE daily
-SQL >
-    SELECT date_trunc('day', hour) AS day, sum(n) AS n
-    FROM hourly
-    GROUP BY 1
-TYPE materialized
-DATASOURCE daily
-"""
-
 
 @pytest.fixture
 def project_dir(spark_config, request):
@@ -265,3 +237,31 @@ def test_concurrent_deploys_one_wins_the_other_fails_clearly(spark, project_dir,
     assert [d.result for d in p.history()] == ["succeeded"]
     assert json.dumps([r.key for r in p.warehouse.deployed().values()])
     time.sleep(0)
+
+
+def test_layout_partitioning_clustering_ttl_and_backfill_skip(spark, project_dir):
+    (project_dir / "datasources/events.datasource").write_text(
+        EVENTS + "ENGINE_PARTITION_KEY to_date(ts)\nENGINE_TTL ts + INTERVAL 30 DAYS\n")
+    (project_dir / "datasources/daily.datasource").write_text(
+        "SCHEMA >\n    `day` TIMESTAMP,\n    `n` BIGINT\nENGINE_SORTING_KEY day\nBACKFILL skip\n")
+    p = project(project_dir, spark)
+    p.deploy()
+    deployed = p.warehouse.deployed()
+    events = spark.sql(f"DESCRIBE DETAIL delta.`{deployed['datasource:events'].path}`").first()
+    assert events["partitionColumns"] == ["__pf_partition"]
+    assert events["properties"]["pipeframe.zorder"] == "user_id"  # partitioned: clustered by Z-order on OPTIMIZE
+    daily = spark.sql(f"DESCRIBE DETAIL delta.`{deployed['datasource:daily'].path}`").first()
+    assert daily["clusteringColumns"] == ["day"]  # liquid clustering
+
+    insert_events(p, [("2000-01-01 00:00:00", "old", 1), ("2999-01-01 00:00:00", "new", 2)])
+    (project_dir / "datasources/events.datasource").write_text(
+        EVENTS.replace("Raw events", "Raw events, TTL applied")
+        + "ENGINE_PARTITION_KEY to_date(ts)\nENGINE_TTL ts + INTERVAL 30 DAYS\n")
+    (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*)", "count(ts)"))
+    p = project(project_dir, spark)
+    assert {c.key: c.action for c in p.plan().pending} == {
+        "datasource:events": "alter", "datasource:hourly": "rebuild", "datasource:daily": "rebuild"}
+    p.deploy()
+    assert rows(p, "SELECT user_id FROM events") == [("new",)]  # the expired row was deleted by deploy
+    assert rows(p, "SELECT sum(n) FROM hourly") == [(2,)]  # rebuilt and backfilled (before the TTL delete)
+    assert rows(p, "SELECT count(*) FROM daily") == [(0,)]  # BACKFILL skip: rebuilt without a backfill

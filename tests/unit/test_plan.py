@@ -15,37 +15,10 @@ from pipeframe.plan.diff import Change, Plan, diff
 from pipeframe.plan.render import plan_lines, print_plan
 from pipeframe.plan.state import ResourceState, desired_state
 from pipeframe.project import Project
-from tests.conftest import write_project
+from tests.conftest import DAILY, EVENTS, HOURLY, write_project
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 
-EVENTS = """\
-DESCRIPTION >
-    Raw events
-SCHEMA >
-    `ts` TIMESTAMP,
-    `user_id` STRING,
-    `amount` INT
-ENGINE_SORTING_KEY user_id
-"""
-HOURLY = """\
-NODE hourly
-SQL >
-    SELECT date_trunc('hour', ts) AS hour, count(*) AS n, sum(amount) AS total
-    FROM events
-    GROUP BY 1
-TYPE materialized
-DATASOURCE hourly
-"""
-DAILY = """\
-NODE daily
-SQL >
-    SELECT date_trunc('day', hour) AS day, sum(n) AS n
-    FROM hourly
-    GROUP BY 1
-TYPE materialized
-DATASOURCE daily
-"""
 TOP = """\
 TOKEN "dashboard" READ
 NODE top
