@@ -41,6 +41,14 @@ def insert_events(p: Project, rows: list[tuple[str, str, int]]) -> None:
     frame.selectExpr("CAST(ts AS TIMESTAMP) AS ts", "user_id", "amount").write.format("delta").mode("append").save(path)
 
 
+def deployed_with_one_event(root: Path, spark) -> tuple[Project, dict]:
+    """Deploy the project, land one event, and return the project and its deployed state at that point."""
+    p = project(root, spark)
+    p.deploy()
+    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
+    return p, p.warehouse.deployed()
+
+
 def rows(p: Project, sql: str) -> list[tuple]:
     return [tuple(r) for r in p.query(sql).collect()]
 
@@ -177,10 +185,7 @@ def test_dropping_a_datasource_a_view_reads_is_refused_with_dependents(spark, pr
 
 
 def test_failing_backfill_leaves_live_tables_and_state_unchanged(spark, project_dir):
-    p = project(project_dir, spark)
-    p.deploy()
-    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
-    before = p.warehouse.deployed()
+    p, before = deployed_with_one_event(project_dir, spark)
     # A cast that fails at run time (ANSI mode): the backfill query errors after the new version was created.
     (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("sum(amount)", "sum(CAST(user_id AS INT))"))
     p = project(project_dir, spark)
@@ -202,10 +207,7 @@ def run_worker(root: Path, mode: str, *extra: str) -> subprocess.Popen:
 
 
 def test_deploy_killed_during_backfill_changes_nothing_and_the_next_deploy_completes(spark, project_dir):
-    p = project(project_dir, spark)
-    p.deploy()
-    insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
-    before = p.warehouse.deployed()
+    p, before = deployed_with_one_event(project_dir, spark)
     (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*) AS n", "count(user_id) AS n"))
     worker = run_worker(project_dir, "kill-at-backfill")
     worker.wait(timeout=300)
