@@ -18,7 +18,7 @@ from pipeframe.errors import Location, PipeframeError
 
 CONFIG_FILE = "pipeframe.yaml"
 STATE_DIR = ".pipeframe"
-KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens"}
+KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "retention_hours"}
 KNOWN_SPARK_KEYS = {"master", "remote", "conf"}
 
 
@@ -41,6 +41,7 @@ class ProjectConfig:
     ignore: tuple[str, ...] = ()
     environment: str | None = None
     tokens: Mapping[str, str] = field(default_factory=dict)
+    retention_hours: float = 168.0  # how long `optimize` keeps files no longer in a table (Delta VACUUM)
 
     @property
     def warehouse_uri(self) -> str:
@@ -160,4 +161,18 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
         ignore=tuple(str(i) for i in ignore),
         environment=env,
         tokens={str(k): str(v) for k, v in (data.get("tokens") or {}).items()},
+        retention_hours=_retention(data.get("retention_hours"), path),
     )
+
+
+def _retention(value: Any, path: Path) -> float:
+    if value is None:
+        return 168.0
+    try:
+        hours = float(value)
+    except (TypeError, ValueError):
+        hours = -1.0
+    if hours < 0:
+        raise PipeframeError("PF002", f"`retention_hours` must be a number of hours, not `{value}`.",
+                             "Write e.g. `retention_hours: 168` (Delta's default, 7 days).", Location(CONFIG_FILE))
+    return hours

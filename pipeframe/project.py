@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
 
     from pipeframe.compiler.compile import CompiledProject
     from pipeframe.engine.deploy import DeployResult
+    from pipeframe.engine.ingest import IngestResult
+    from pipeframe.engine.lifecycle import ViewStatus
+    from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
     from pipeframe.engine.warehouse import Deployment, Warehouse
     from pipeframe.plan.diff import Change, Plan
 
@@ -208,6 +211,124 @@ class Project:
 
     def history(self) -> list[Deployment]:
         return self.warehouse.history()
+
+    # --------------------------------------------------------------------------- ingest and views
+    def materializer(self, on_step: Callable[[str], None] | None = None,
+                     on_progress: Callable[[BackfillProgress], None] | None = None) -> Materializer:
+        from pipeframe.engine.materialize import Materializer
+
+        return Materializer(self.spark, self.warehouse, on_step=on_step, on_progress=on_progress)
+
+    def append(self, name: str, data: object, format: str | None = None,
+               on_step: Callable[[str], None] | None = None) -> IngestResult:
+        """Append rows to a landing datasource and flow them through its views.
+
+        `data` is a file path (NDJSON, CSV or Parquet; `format` overrides the extension), a Spark or pandas
+        DataFrame, or a list of dicts (read like NDJSON events). Rows that do not fit the schema go to
+        `<name>_quarantine`; the result counts both."""
+        return self._ingest(name, data, format, "append", None, on_step)
+
+    def replace(self, name: str, data: object, where: str | None = None, format: str | None = None) -> IngestResult:
+        """Replace every row of a datasource (or those matching `where`) with `data`; its views are rebuilt."""
+        return self._ingest(name, data, format, "overwrite", where, None)
+
+    def delete(self, name: str, where: str | None = None) -> tuple[int, list[ViewRefresh]]:
+        """Delete the rows matching `where` (all rows without it); the datasource's views are rebuilt."""
+        from pipeframe.engine.ingest import Ingestor
+
+        materializer = self.materializer()
+        table = self._landing(materializer, name)
+        deleted = Ingestor(self.spark, self.warehouse).delete(table, where)
+        return deleted, materializer.refresh(materializer.downstream([name]), full=True)
+
+    def truncate(self, name: str) -> tuple[int, list[ViewRefresh]]:
+        return self.delete(name, None)
+
+    def _ingest(self, name: str, data: object, format: str | None, mode: str, where: str | None,
+                on_step: Callable[[str], None] | None) -> IngestResult:
+        from dataclasses import replace
+
+        from pipeframe.engine.ingest import Ingestor, conform_data, detect_format, read_file
+
+        materializer = self.materializer(on_step=on_step)
+        table = self._landing(materializer, name)
+        definition = self._definition(name, table.state.columns)
+        if isinstance(data, str | os.PathLike):
+            path = str(data)
+            batch = read_file(self.spark, path, detect_format(path, format), definition)
+        else:
+            batch = conform_data(self.spark, data, definition)
+        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where)
+        materializer.on_step("source committed")
+        views = materializer.refresh(materializer.downstream([name]), full=mode == "overwrite")
+        return replace(result, views=tuple(views))
+
+    def _landing(self, materializer: Materializer, name: str):
+        table = materializer.table(name)
+        if table.state.kind != "datasource":
+            raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipe "
+                                 f"`{table.state.view_pipe}`; only its pipe writes to it.",
+                                 f"Append to its source `{table.state.source}` instead.")
+        return table
+
+    def _definition(self, name: str, deployed_columns: tuple[tuple[str, str], ...]):
+        """The datasource as the files define it (json paths, defaults), which must match what is deployed."""
+        compiled = self.compiled.datasources.get(name)
+        if compiled is None or compiled.definition is None:
+            raise PipeframeError("PF717", f"Datasource `{name}` is deployed but its .datasource file is missing.",
+                                 "Restore the file, or deploy the removal first.")
+        columns = tuple((c.name, c.type or "STRING") for c in compiled.columns)
+        if columns != tuple(deployed_columns):
+            raise PipeframeError("PF717", f"The schema of `{name}` in its file differs from the deployed one.",
+                                 "Run `pipeframe deploy` first, so rows are read with the schema they are "
+                                 "stored with.", compiled.definition.location)
+        return compiled.definition
+
+    def refresh(self, view: str | None = None, full: bool = False,
+                on_step: Callable[[str], None] | None = None) -> list[ViewRefresh]:
+        """Apply source commits the views have not seen yet (e.g. from other Spark jobs); `full` rebuilds."""
+        materializer = self.materializer(on_step=on_step)
+        views = None
+        if view:
+            found = materializer.resolve(view)
+            views = [found, *materializer.downstream([found.state.name])]
+        return materializer.refresh(views, full=full)
+
+    def populate(self, pipe: str, truncate: bool = False, where: str | None = None, chunk_by: str | None = None,
+                 chunk_rows: int | None = None, on_progress: Callable[[BackfillProgress], None] | None = None,
+                 on_step: Callable[[str], None] | None = None) -> list[ViewRefresh]:
+        """Backfill a materialized view from its source, pinned to one source version (see `Materializer`)."""
+        from pipeframe.engine.materialize import DEFAULT_CHUNK_ROWS
+
+        materializer = self.materializer(on_step=on_step, on_progress=on_progress)
+        return materializer.populate(pipe, truncate, where, chunk_by, chunk_rows or DEFAULT_CHUNK_ROWS)
+
+    def optimize(self, name: str | None = None) -> list[str]:
+        """Compact view states to one row per key, apply TTL, OPTIMIZE and VACUUM (config `retention_hours`)."""
+        materializer = self.materializer()
+        names = [materializer.resolve(name).state.name if f"datasource:{name}" not in materializer.deployed
+                 else name] if name else None
+        return materializer.optimize(names, self.config.retention_hours)
+
+    def status(self, view: str | None = None) -> list[ViewStatus]:
+        from pipeframe.engine.lifecycle import Lifecycle
+
+        return Lifecycle(self.materializer()).status(view)
+
+    def pause(self, view: str, permanent: bool = False) -> None:
+        from pipeframe.engine.lifecycle import Lifecycle
+
+        Lifecycle(self.materializer()).pause(view, permanent)
+
+    def resume(self, view: str) -> list[ViewRefresh]:
+        from pipeframe.engine.lifecycle import Lifecycle
+
+        return Lifecycle(self.materializer()).resume(view)
+
+    def recover(self, view: str) -> list[ViewRefresh]:
+        from pipeframe.engine.lifecycle import Lifecycle
+
+        return Lifecycle(self.materializer()).recover(view)
 
     def query(self, sql: str) -> DataFrame:
         """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values)."""

@@ -3,6 +3,7 @@ tables under `_pipeframe/`), the deploy lock, and the one place that maps resour
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -25,6 +26,8 @@ STATE_SCHEMA = ("record STRING, key STRING, name STRING, kind STRING, version BI
                 "user STRING, host STRING")
 LOCK_SCHEMA = "id INT, holder STRING, host STRING, pid INT, acquired_at TIMESTAMP, expires_at TIMESTAMP"
 LOCK_TTL_SECONDS = 3600
+VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
+                "backfill STRING, updated_at TIMESTAMP")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,19 @@ class Deployment:
     host: str | None
 
 
+@dataclass(frozen=True)
+class ViewRecord:
+    """The runtime state of one view that is not in its table: paused, stale, failed, or being backfilled.
+    A view without a record is active."""
+
+    name: str
+    paused: bool = False
+    permanent: bool = False
+    stale_reason: str | None = None
+    error: str | None = None
+    backfill: dict | None = None  # the running (or interrupted) populate/rebuild; see engine.materialize
+
+
 def quote_path(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
@@ -70,10 +86,15 @@ class Warehouse:
         self.uri = uri.rstrip("/")
         self.state_path = f"{self.uri}/_pipeframe/state"
         self.lock_path = f"{self.uri}/_pipeframe/lock"
+        self.views_path = f"{self.uri}/_pipeframe/views"
 
     # ------------------------------------------------------------------------------------ layout
     def table_path(self, name: str, version: int) -> str:
         return f"{self.uri}/tables/{name}/v{version}"
+
+    def quarantine_path(self, datasource: str) -> str:
+        """Where rows that did not fit `datasource` are kept (readable as `<datasource>_quarantine`)."""
+        return f"{self.uri}/quarantine/{datasource}"
 
     def _exists(self, path: str) -> bool:
         from delta.tables import DeltaTable
@@ -148,6 +169,50 @@ class Warehouse:
          .whenNotMatchedBySourceDelete("t.record IN ('resource', 'order')")
          .execute())
 
+    def swap(self, key: str, version: int, path: str) -> None:
+        """Point one deployed table at a new physical version (after a rebuild outside deploy)."""
+        from delta.tables import DeltaTable
+
+        (DeltaTable.forPath(self.spark, self.state_path)
+         .update(f"record = 'resource' AND key = {_sql_string(key)}",
+                 {"version": str(int(version)), "path": _sql_string(path), "deployed_at": "current_timestamp()"}))
+
+    # ------------------------------------------------------------------------------ view records
+    def view_records(self) -> dict[str, ViewRecord]:
+        if not self._exists(self.views_path):
+            return {}
+        return {r["name"]: ViewRecord(r["name"], bool(r["paused"]), bool(r["permanent"]), r["stale_reason"],
+                                      r["error"], json.loads(r["backfill"]) if r["backfill"] else None)
+                for r in self.spark.read.format("delta").load(self.views_path).collect()}
+
+    def view_record(self, name: str) -> ViewRecord:
+        return self.view_records().get(name) or ViewRecord(name)
+
+    def save_view_record(self, record: ViewRecord) -> None:
+        """Upsert one view's record (a record with nothing to say is deleted: the view is active)."""
+        from delta.tables import DeltaTable
+
+        if not self._exists(self.views_path):
+            with contextlib.suppress(Exception):  # a concurrent writer may create it first
+                self.spark.createDataFrame([], VIEWS_SCHEMA).write.format("delta").mode("append") \
+                    .save(self.views_path)
+        row = {"name": record.name, "paused": record.paused, "permanent": record.permanent,
+               "stale_reason": record.stale_reason, "error": record.error,
+               "backfill": json.dumps(record.backfill) if record.backfill else None, "updated_at": now()}
+        idle = not (record.paused or record.stale_reason or record.error or record.backfill)
+        source = self.spark.createDataFrame([row], VIEWS_SCHEMA)
+        for attempt in range(5):
+            merge = DeltaTable.forPath(self.spark, self.views_path).alias("t").merge(source.alias("s"),
+                                                                                    "t.name = s.name")
+            merge = merge.whenMatchedDelete() if idle else merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
+            try:
+                merge.execute()
+                return
+            except Exception as exc:  # Delta's optimistic concurrency: another view's record changed meanwhile
+                if "Concurrent" not in type(exc).__name__ + str(exc)[:200] or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
     # ------------------------------------------------------------------------------------- lock
     def acquire_lock(self, holder: str) -> None:
         """Serialize deploys: fail fast while another live deploy holds the lock.
@@ -212,6 +277,9 @@ class Warehouse:
             if not state.has_table or resource.path is None:
                 continue
             self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{state.name}` AS {read_sql(state, resource.path)}")
+            if state.kind == "datasource" and self._exists(self.quarantine_path(state.name)):
+                self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{state.name}_quarantine` AS SELECT * FROM "
+                               f"{quote_path(self.quarantine_path(state.name))}")
 
 
 def read_sql(state: ResourceState, path: str) -> str:

@@ -37,6 +37,7 @@ class ResourceState:
     state_sql: str | None = None
     keys: tuple[str, ...] = ()
     read_sql: str | None = None  # SELECT over `{table}` that returns finalized values
+    compact_sql: str | None = None  # SELECT over `{table}` that folds state rows into one row per key
     backfill: str | None = None  # "skip" or None
     # Metadata (an ALTER without moving data):
     description: str = ""
@@ -112,6 +113,7 @@ def desired_state(compiled: CompiledProject) -> dict[str, ResourceState]:
                 state_sql=plan.state_sql if plan is not None else None,
                 keys=plan.keys if plan is not None else (),
                 read_sql=plan.read_sql("{table}") if plan is not None else None,
+                compact_sql=plan.compact_sql("{table}") if plan is not None else None,
                 backfill=definition.backfill if definition else None,
                 description=definition.description if definition else "",
                 ttl=definition.ttl if definition else None,

@@ -1,0 +1,212 @@
+"""Ingest: reads NDJSON, CSV, Parquet or a DataFrame into a landing datasource's schema. Rows that fit are
+appended (or replace rows); rows that do not go to `<datasource>_quarantine` with the raw row and the reason."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipeframe.datafiles.model import Column, Datasource
+from pipeframe.engine.tables import sql_literal
+from pipeframe.engine.warehouse import DeployedResource, Warehouse, _first_line, quote_path
+from pipeframe.errors import PipeframeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+FORMATS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".json": "ndjson", ".csv": "csv", ".parquet": "parquet"}
+QUARANTINE_SCHEMA = "raw STRING, reason STRING, source STRING, ingested_at TIMESTAMP"
+RAW, REASON = "__pf_raw", "__pf_reason"
+COMPLEX = ("ARRAY<", "MAP<", "STRUCT<")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Input rows conformed to a datasource: the declared columns plus, per row, its raw text and the reason
+    it does not fit (NULL when it does)."""
+
+    frame: DataFrame
+    source: str  # a file name, "stdin" or "dataframe", kept with quarantined rows
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    datasource: str
+    accepted: int
+    quarantined: int
+    version: int | None  # the source commit holding the accepted rows
+    reasons: tuple[str, ...] = ()  # a few examples of why rows were quarantined
+    views: tuple = ()  # the ViewRefresh of every view the new rows flowed into
+
+
+def detect_format(path: str, fmt: str | None) -> str:
+    if fmt:
+        if fmt not in ("ndjson", "csv", "parquet"):
+            raise PipeframeError("PF710", f"Unknown format `{fmt}`.", "Use ndjson, csv or parquet.")
+        return fmt
+    name = path.lower().removesuffix(".gz")
+    for suffix, found in FORMATS.items():
+        if name.endswith(suffix):
+            return found
+    raise PipeframeError("PF710", f"Cannot tell the format of `{path}` from its name.",
+                         "Name it .ndjson, .csv or .parquet, or pass --format ndjson|csv|parquet.")
+
+
+def read_file(spark: SparkSession, path: str, fmt: str, datasource: Datasource) -> Batch:
+    """Read one input file and conform it to `datasource`."""
+    local = Path(path)
+    if "://" not in path and not local.exists():
+        raise PipeframeError("PF711", f"File `{path}` does not exist.", "Check the path.")
+    location = str(local.resolve()) if "://" not in path else path
+    try:
+        if fmt == "ndjson":
+            lines = spark.read.text(location).where("trim(value) <> ''").withColumnRenamed("value", RAW)
+            return Batch(_conform_json(lines, datasource), local.name)
+        if fmt == "csv":
+            header = spark.read.option("header", True).csv(location).columns
+            schema = ", ".join(f"`{c}` STRING" for c in header) + ", `__pf_corrupt` STRING"
+            frame = (spark.read.option("header", True).option("mode", "PERMISSIVE")
+                     .option("columnNameOfCorruptRecord", "__pf_corrupt").schema(schema).csv(location))
+            return Batch(conform(frame, datasource, corrupt="__pf_corrupt"), local.name)
+        frame = spark.read.parquet(location)
+        return Batch(conform(frame, datasource), local.name)
+    except PipeframeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — an unreadable file is the user's to fix, not a crash
+        raise PipeframeError("PF712", f"Cannot read `{path}` as {fmt}: {_first_line(exc)}",
+                             "Check the file's format, or pass --format.") from None
+
+
+def conform(frame: DataFrame, datasource: Datasource, corrupt: str | None = None) -> DataFrame:
+    """Columns matched by name (CSV headers, Parquet or DataFrame columns), each cast to its declared type."""
+    available = {c.lower(): c for c in frame.columns if c != corrupt}
+    raw = f"to_json(struct({', '.join(f'`{c}`' for c in available.values())}))"
+    if corrupt:
+        raw = f"coalesce(`{corrupt}`, {raw})"
+    values = {}
+    for column in datasource.columns:
+        name = available.get(column.name.lower())
+        values[column] = f"`{name}`" if name else "NULL"
+    checks = [f"CASE WHEN `{corrupt}` IS NOT NULL THEN 'row does not have the header\\'s columns' END"] \
+        if corrupt else []
+    return _typed(frame, datasource, values, raw, checks)
+
+
+def conform_lines(spark: SparkSession, lines: list[str], datasource: Datasource) -> DataFrame:
+    """NDJSON lines held in memory (Python rows, HTTP events), conformed like an NDJSON file."""
+    frame = spark.createDataFrame([(line,) for line in lines if line.strip()], f"`{RAW}` STRING")
+    return _conform_json(frame, datasource)
+
+
+def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
+    """NDJSON lines: each column read from its `json:` path (or its name), then cast."""
+    values = {c: f"get_json_object(`{RAW}`, {sql_literal(_json_path(c))})" for c in datasource.columns}
+    not_json = f"CASE WHEN get_json_object(`{RAW}`, '$') IS NULL THEN 'line is not valid JSON' END"
+    return _typed(lines, datasource, values, f"`{RAW}`", [not_json], strings=True)
+
+
+def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], raw: str,
+           checks: list[str], strings: bool = False) -> DataFrame:
+    selects, reasons = [], list(checks)
+    for column, value in values.items():
+        type_ = column.type
+        if strings and column.type.upper().startswith(COMPLEX):
+            converted = f"from_json({value}, {sql_literal(type_)})"
+        elif strings and column.type.upper() == "STRING":
+            converted = value
+        else:
+            converted = f"try_cast({value} AS {type_})"
+        if column.default is not None:
+            converted = f"CASE WHEN {value} IS NULL THEN CAST(({column.default}) AS {type_}) ELSE {converted} END"
+        selects.append(f"{converted} AS `{column.name}`")
+        shown = f"substr(CAST({value} AS STRING), 1, 80)"
+        reasons.append(f"CASE WHEN {value} IS NOT NULL AND {converted} IS NULL THEN "
+                       f"concat('column `{column.name}`: cannot read ', {shown}, ' as {_plain(column)}') END")
+    reason = f"nullif(concat_ws('; ', {', '.join(reasons)}), '')" if reasons else "CAST(NULL AS STRING)"
+    return frame.selectExpr(*selects, f"{raw} AS `{RAW}`", f"{reason} AS `{REASON}`")
+
+
+def _json_path(column: Column) -> str:
+    path = column.json_path or f"$.{column.name}"
+    return path.removesuffix("[:]").removesuffix("[*]")
+
+
+def _plain(column: Column) -> str:
+    return column.written_type.replace("'", "")
+
+
+class Ingestor:
+    """Writes conformed batches into one warehouse."""
+
+    def __init__(self, spark: SparkSession, warehouse: Warehouse) -> None:
+        self.spark = spark
+        self.warehouse = warehouse
+
+    def write(self, table: DeployedResource, batch: Batch, mode: str = "append",
+              where: str | None = None) -> IngestResult:
+        """Quarantine the rows that do not fit, then commit the rest to the datasource (append, or overwrite
+        all rows / the rows matching `where`). Quarantine is written first: a crash in between loses nothing."""
+        from pyspark import StorageLevel
+
+        from pipeframe.engine import tables
+
+        frame = batch.frame.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = dict(frame.selectExpr(f"`{REASON}` IS NULL AS ok").groupBy("ok").count().collect())
+            accepted, quarantined = int(counts.get(True, 0)), int(counts.get(False, 0))
+            reasons: tuple[str, ...] = ()
+            if quarantined:
+                bad = frame.where(f"`{REASON}` IS NOT NULL")
+                reasons = tuple(r[0] for r in bad.select(REASON).limit(3).collect())
+                (bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{sql_literal(batch.source)} AS source",
+                                "current_timestamp() AS ingested_at")
+                 .write.format("delta").mode("append").save(self.warehouse.quarantine_path(table.state.name)))
+            columns = [f"`{name}`" for name, _ in table.state.columns]
+            good = frame.where(f"`{REASON}` IS NULL").select(*columns)
+            writer = good.write.format("delta").mode(mode)
+            if where:
+                writer = writer.option("replaceWhere", where)
+            try:
+                writer.save(table.path or "")
+            except Exception as exc:
+                if where:
+                    raise PipeframeError("PF713", f"Cannot replace rows of `{table.state.name}` where `{where}`: "
+                                         f"{_first_line(exc)}", "Every new row must match the --where "
+                                         "condition, and the condition must be valid SQL over the "
+                                         "datasource's columns.") from None
+                raise
+            version = tables.latest_commit(self.spark, table.path or "").version
+        finally:
+            frame.unpersist()
+        return IngestResult(table.state.name, accepted, quarantined, version, reasons)
+
+    def delete(self, table: DeployedResource, where: str | None) -> int:
+        """Delete rows in place (all of them without `where`); returns how many."""
+        from pipeframe.engine import tables
+
+        condition = f" WHERE {where}" if where else ""
+        try:
+            self.spark.sql(f"DELETE FROM {quote_path(table.path or '')}{condition}")
+        except Exception as exc:  # noqa: BLE001
+            raise PipeframeError("PF714", f"Cannot delete from `{table.state.name}` where `{where}`: "
+                                 f"{_first_line(exc)}", "Write a Spark SQL condition over the datasource's "
+                                 "columns.") from None
+        commit = tables.latest_commit(self.spark, table.path or "")
+        return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
+
+
+def conform_data(spark: SparkSession, data: object, datasource: Datasource) -> Batch:
+    """`Project.append` input: a Spark DataFrame or pandas DataFrame (columns by name), or a list of dicts
+    (read like NDJSON events, through the `json:` paths)."""
+    from pyspark.sql import DataFrame as SparkFrame
+
+    if isinstance(data, SparkFrame):
+        return Batch(conform(data, datasource), "dataframe")
+    if isinstance(data, list | tuple):
+        return Batch(conform_lines(spark, [json.dumps(row, default=str) for row in data], datasource), "rows")
+    if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
+        return Batch(conform(spark.createDataFrame(data), datasource), "dataframe")  # pandas
+    raise PipeframeError("PF715", f"Cannot append a {type(data).__name__}.",
+                         "Pass a Spark DataFrame, a pandas DataFrame, a list of dicts, or a file path.")

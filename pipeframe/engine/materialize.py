@@ -1,0 +1,457 @@
+"""Keeps materialized views in step with their sources: incremental refresh (exactly the rows of new source
+commits, in graph order through cascades), populate and rebuild (pinned to a source version, chunked and
+resumable), and optimize (compaction to one state row per key, TTL, vacuum)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from pipeframe.engine import tables
+from pipeframe.engine.tables import sql_literal
+from pipeframe.engine.warehouse import DeployedResource, ViewRecord, Warehouse, _first_line, quote_path
+from pipeframe.errors import PipeframeError
+from pipeframe.plan.state import ResourceState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+BATCH_VIEW = "__pf_batch"  # the name every view's state SQL reads its block of new rows from
+DEFAULT_CHUNK_ROWS = 1_000_000
+ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp")
+
+StepHook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ViewRefresh:
+    """What one refresh did to one view."""
+
+    view: str
+    outcome: str  # applied | up to date | paused | stale | error | rebuilt
+    from_version: int | None = None
+    to_version: int | None = None
+    message: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "error"
+
+
+@dataclass(frozen=True)
+class BackfillProgress:
+    """How far a populate or rebuild has got (also what `status` shows for an interrupted one)."""
+
+    view: str
+    mode: str  # backfilling (into the live table) | rebuilding (a new version beside the live one)
+    total_rows: int
+    processed_rows: int
+    chunks: int
+    done_chunks: int
+    started_at: float
+    updated_at: float
+    cursor: str | None
+    pinned_version: int
+    running: bool = True  # False when the process that ran it is gone
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.processed_rows / self.total_rows if self.total_rows else 100.0 * (
+            self.done_chunks / self.chunks if self.chunks else 1.0)
+
+    @property
+    def rate(self) -> float:
+        elapsed = self.updated_at - self.started_at
+        return self.processed_rows / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta_seconds(self) -> float | None:
+        return (self.total_rows - self.processed_rows) / self.rate if self.rate > 0 else None
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "total": self.total_rows, "processed": self.processed_rows,
+                "percent": round(self.percent, 1), "rate": round(self.rate, 1),
+                "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds, 1),
+                "cursor": self.cursor, "chunks": self.chunks, "done_chunks": self.done_chunks,
+                "pinned_version": self.pinned_version, "running": self.running}
+
+    @classmethod
+    def from_run(cls, view: str, run: dict) -> BackfillProgress:
+        done = int(run["done"])
+        chunks = run["chunks"]
+        running = run.get("host") != socket.gethostname() or _alive(run.get("pid"))
+        return cls(view, run["mode"], int(run["total_rows"]), sum(run["chunk_rows"][:done]), len(chunks), done,
+                   float(run["started_at"]), float(run.get("updated_at") or run["started_at"]),
+                   chunks[done] if done < len(chunks) else None, int(run["pinned_version"]), running)
+
+
+class Materializer:
+    """Refreshes, populates and optimizes the deployed views of one warehouse."""
+
+    def __init__(self, spark: SparkSession, warehouse: Warehouse, *, on_step: StepHook | None = None,
+                 on_progress: Callable[[BackfillProgress], None] | None = None,
+                 deployed: dict[str, DeployedResource] | None = None) -> None:
+        self.spark = spark
+        self.warehouse = warehouse
+        self.on_step = on_step or (lambda _step: None)
+        self.on_progress = on_progress or (lambda _progress: None)
+        self.deployed = warehouse.deployed() if deployed is None else deployed
+
+    # ------------------------------------------------------------------------------------ lookup
+    def views(self) -> list[DeployedResource]:
+        """Every deployed view, upstream before downstream."""
+        return [r for r in self.deployed.values() if r.state.kind == "view" and r.path]
+
+    def resolve(self, name: str) -> DeployedResource:
+        """A view by its target name or its pipe name."""
+        for view in self.views():
+            if name in (view.state.name, view.state.view_pipe):
+                return view
+        known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in self.views())) or "none deployed"
+        hint = f"Materialized pipes: {known}."
+        if f"datasource:{name}" in self.deployed:
+            hint = f"`{name}` is a landing datasource, not a view. " + hint
+        raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
+                             hint + " Run `pipeframe deploy` after adding one.")
+
+    def table(self, name: str) -> DeployedResource:
+        resource = self.deployed.get(f"datasource:{name}")
+        if resource is None or not resource.path:
+            known = ", ".join(sorted(r.state.name for r in self.deployed.values() if r.state.has_table))
+            raise PipeframeError("PF702", f"No deployed datasource `{name}`.",
+                                 f"Deployed datasources: {known or 'none'}. Run `pipeframe deploy` first.")
+        return resource
+
+    def downstream(self, names: Iterable[str]) -> list[DeployedResource]:
+        """The views fed (directly or through other views) by the tables `names`, in graph order."""
+        changed = set(names)
+        found = []
+        for view in self.views():
+            if view.state.source in changed:
+                found.append(view)
+                changed.add(view.state.name)
+        return found
+
+    # ----------------------------------------------------------------------------------- refresh
+    def refresh(self, views: list[DeployedResource] | None = None, full: bool = False) -> list[ViewRefresh]:
+        """Bring views up to date with their sources, upstream first; one failing view does not stop the rest."""
+        views = self.views() if views is None else views
+        records = self.warehouse.view_records()
+        results: list[ViewRefresh] = []
+        for view in views:
+            if any(r.view == view.state.name for r in results):
+                continue  # rebuilt already, as the downstream of a rebuilt view
+            record = records.get(view.state.name) or ViewRecord(view.state.name)
+            if full:
+                results += self.rebuild(view.state.name, record=record)
+            else:
+                results.append(self._refresh_one(self.deployed[view.key], record))
+        return results
+
+    def _refresh_one(self, view: DeployedResource, record: ViewRecord) -> ViewRefresh:
+        name = view.state.name
+        if record.error:
+            return ViewRefresh(name, "error", message=f"{record.error} (run `pipeframe recover {name}`)")
+        if record.stale_reason:
+            return ViewRefresh(name, "stale", message=record.stale_reason)
+        if record.paused:
+            return ViewRefresh(name, "paused")
+        try:
+            return self._apply_increment(view)
+        except PipeframeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 — recorded on the view, shown by status, cleared by recover
+            message = _first_line(exc)
+            self.warehouse.save_view_record(replace(record, error=message))
+            return ViewRefresh(name, "error", message=message)
+
+    def _apply_increment(self, view: DeployedResource) -> ViewRefresh:
+        """Process the source commits after the view's watermark, writing states and the new watermark in one
+        Delta commit. Rewrites made in place to the source make the view stale instead."""
+        state = view.state
+        source = self._source_of(view)
+        watermark = tables.read_watermark(self.spark, view.path or "")
+        latest = tables.latest_commit(self.spark, source.path or "")
+        applied = watermark.source_version
+        if applied is not None and watermark.source_path not in (None, source.path):
+            return self._mark_stale(view, f"its source `{state.source}` was rebuilt since the view last read it")
+        if applied is not None and applied >= latest.version:
+            return ViewRefresh(state.name, "up to date", applied, applied)
+        start = -1 if applied is None else applied
+        commits = tables.commits_between(self.spark, source.path or "", start, latest.version)
+        rewrites = [c for c in commits if c.rewrites_rows()]
+        if rewrites:
+            return self._mark_stale(view, f"rows of `{state.source}` were changed in place "
+                                          f"({rewrites[0].describe()})")
+        batch = tables.read_changes(self.spark, source.state, source.path or "", commits)
+        self._write_batch(view, batch, source_version=latest.version, source_path=source.path)
+        self.on_step(f"view committed {state.name}")
+        return ViewRefresh(state.name, "applied", applied, latest.version)
+
+    def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> None:
+        self._register_lookups(view.state)
+        batch.createOrReplaceTempView(BATCH_VIEW)
+        tables.write_states(self.spark.sql(view.state.state_sql or ""), view.state, view.path or "", **watermark)
+
+    def _register_lookups(self, state: ResourceState) -> None:
+        """The tables a view's query joins besides its trigger (DIMENSIONS) must be readable by name."""
+        lookups = {k: r for k, r in self.deployed.items()
+                   if k in state.depends_on and r.state.name != state.source}
+        if lookups:
+            self.warehouse.register(lookups)
+
+    def _mark_stale(self, view: DeployedResource, reason: str) -> ViewRefresh:
+        record = self.warehouse.view_record(view.state.name)
+        self.warehouse.save_view_record(replace(record, stale_reason=reason))
+        return ViewRefresh(view.state.name, "stale", message=reason)
+
+    def _source_of(self, view: DeployedResource) -> DeployedResource:
+        source = self.deployed.get(f"datasource:{view.state.source}")
+        if source is None or not source.path:
+            raise PipeframeError("PF605", f"View `{view.state.name}` reads `{view.state.source}`, which has no "
+                                 "table.", "Run `pipeframe deploy`.")
+        return source
+
+    # ---------------------------------------------------------------------- populate / rebuild
+    def rebuild(self, name: str, where: str | None = None, chunk_by: str | None = None,
+                chunk_rows: int = DEFAULT_CHUNK_ROWS, record: ViewRecord | None = None) -> list[ViewRefresh]:
+        """Build the view again beside the live version from its source as of a pinned version, catch up on
+        what arrived meanwhile, then swap it in. Its downstream views are rebuilt after it (returned too)."""
+        view = self.resolve(name)
+        holder = f"rebuild-{view.state.name}-{uuid.uuid4().hex[:8]}"
+        self.warehouse.acquire_lock(holder)
+        try:
+            record = self.warehouse.view_record(view.state.name) if record is None else record
+            run = record.backfill if record.backfill and record.backfill.get("mode") == "rebuilding" else None
+            if run is None:
+                version = view.version + 1
+                path = self.warehouse.table_path(view.state.name, version)
+                tables.remove_path(self.spark, path)  # a leftover of an abandoned rebuild
+                tables.create_table(self.spark, path, view.state)
+                run = self._new_run(view, "rebuilding", path, version, None, where, chunk_by, chunk_rows)
+            target = DeployedResource(view.state, int(run["target_version"]), run["target_path"])
+            record = self._run_chunks(view, target, run, record)
+            self._apply_increment(target)  # what was appended to the source while the rebuild ran
+            self.warehouse.swap(view.key, target.version, target.path or "")
+            self.on_step(f"swapped {view.state.name}")
+            self.warehouse.save_view_record(replace(record, backfill=None, stale_reason=None, error=None))
+        finally:
+            self.warehouse.release_lock(holder)
+        if view.path and view.path != target.path:
+            tables.remove_path(self.spark, view.path)
+        self.deployed = self.warehouse.deployed()
+        results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
+        for child in [v for v in self.views() if v.state.source == view.state.name]:
+            results += self.rebuild(child.state.name)
+        return results
+
+    def populate(self, name: str, truncate: bool = False, where: str | None = None, chunk_by: str | None = None,
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS) -> list[ViewRefresh]:
+        """Backfill a view from its source. With `truncate`, a rebuild; without, the states of the source rows
+        up to the view's watermark (and matching `where`) are added to the live table. An interrupted run
+        of either kind resumes where it stopped."""
+        view = self.resolve(name)
+        record = self.warehouse.view_record(view.state.name)
+        if record.backfill:
+            if record.backfill.get("mode") == "rebuilding":
+                return self.rebuild(name, record=record)
+            run = record.backfill
+        elif truncate:
+            return self.rebuild(name, where, chunk_by, chunk_rows, record)
+        else:
+            watermark = tables.read_watermark(self.spark, view.path or "")
+            run = self._new_run(view, "backfilling", view.path or "", view.version, watermark.source_version,
+                                where, chunk_by, chunk_rows)
+        self._run_chunks(view, view, run, record)
+        self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), backfill=None))
+        return [ViewRefresh(view.state.name, "applied", None, int(run["pinned_version"]))]
+
+    def _new_run(self, view: DeployedResource, mode: str, path: str, version: int, pinned: int | None,
+                 where: str | None, chunk_by: str | None, chunk_rows: int) -> dict:
+        source = self._source_of(view)
+        if pinned is None:
+            pinned = tables.latest_commit(self.spark, source.path or "").version
+        frame = self._filtered(source, pinned, where)
+        chunks, counts = plan_chunks(frame, chunk_by, chunk_rows, f"`{source.state.name}`")
+        started = time.time()
+        return {"id": uuid.uuid4().hex[:12], "mode": mode, "target_path": path, "target_version": version,
+                "source_path": source.path, "pinned_version": pinned, "where": where, "chunk_by": chunk_by,
+                "chunks": chunks, "chunk_rows": counts, "done": 0, "total_rows": sum(counts),
+                "started_at": started, "updated_at": started, "pid": os.getpid(), "host": socket.gethostname()}
+
+    def _filtered(self, source: DeployedResource, version: int, where: str | None) -> DataFrame:
+        frame = tables.read_snapshot(self.spark, source.state, source.path or "", version)
+        if where:
+            try:
+                frame = frame.where(where)
+                frame.schema  # noqa: B018 — analyze now, to report a bad condition before any work
+            except Exception as exc:  # noqa: BLE001
+                raise PipeframeError("PF703", f"--where `{where}` is not a valid condition on "
+                                     f"`{source.state.name}`: {_first_line(exc)}",
+                                     "Write a Spark SQL boolean expression over the source's columns.") from None
+        return frame
+
+    def _run_chunks(self, view: DeployedResource, target: DeployedResource, run: dict,
+                    record: ViewRecord) -> ViewRecord:
+        """Process the remaining chunks of a run into `target`; each chunk is one idempotent Delta commit,
+        so a chunk replayed after a crash is skipped by Delta."""
+        source = self._source_of(view)
+        if source.path != run["source_path"]:
+            raise PipeframeError("PF704", f"The interrupted backfill of `{view.state.name}` read a source table "
+                                 "that has been replaced since.", f"Run `pipeframe refresh {view.state.name} "
+                                 "--full` to rebuild from the current source.")
+        run = {**run, "pid": os.getpid(), "host": socket.gethostname()}
+        record = replace(record, backfill=run)
+        self.warehouse.save_view_record(record)
+        pinned = int(run["pinned_version"])
+        frame = self._filtered(source, pinned, run.get("where"))
+        self.on_progress(BackfillProgress.from_run(view.state.name, run))
+        for index in range(int(run["done"]), len(run["chunks"])):
+            batch = frame if run["chunks"][index] == "TRUE" else frame.where(run["chunks"][index])
+            self._write_batch(target, batch, app_id=f"pipeframe-populate:{run['id']}", txn_version=index + 1,
+                              metadata={"op": "populate", "run": run["id"], "chunk": index + 1})
+            self.on_step(f"chunk committed {index + 1}")
+            run = {**run, "done": index + 1, "updated_at": time.time()}
+            record = replace(record, backfill=run)
+            self.warehouse.save_view_record(record)
+            self.on_progress(BackfillProgress.from_run(view.state.name, run))
+        if run["mode"] == "rebuilding":
+            empty = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in target.state.columns))
+            tables.write_states(empty, target.state, target.path or "", source_version=pinned,
+                                source_path=source.path)
+            self.on_step("watermark committed")
+        return record
+
+    def backfill_new_table(self, view: DeployedResource) -> None:
+        """Fill a freshly created view table (deploy): all source rows as of the latest version, or none
+        with BACKFILL skip; either way the table records that version as its watermark."""
+        source = self._source_of(view)
+        pinned = tables.latest_commit(self.spark, source.path or "").version
+        if view.state.backfill == "skip":
+            batch = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.state.columns))
+        else:
+            batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
+        self._write_batch(view, batch, source_version=pinned, source_path=source.path)
+
+    # ---------------------------------------------------------------------------------- optimize
+    def optimize(self, names: list[str] | None = None, retention_hours: float = 168.0) -> list[str]:
+        """Compact view states to one row per key, delete rows past their TTL, compact files and vacuum."""
+        targets = [self.table(n) for n in names] if names else \
+            [r for r in self.deployed.values() if r.state.has_table and r.path]
+        done = []
+        for resource in targets:
+            path, state = resource.path or "", resource.state
+            if state.kind == "view" and state.compact_sql:
+                self._compact(resource)
+            apply_ttl(self.spark, resource)
+            zorder = ", ".join(f"`{k}`" for k in state.sorting_key) if state.partition_key and state.sorting_key \
+                else ""
+            self.spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
+            self._vacuum(path, retention_hours)
+            done.append(state.name)
+        return done
+
+    def _compact(self, view: DeployedResource) -> None:
+        """Rewrite the state rows as one row per key. The view's watermark (a Delta txn) is untouched, and a
+        concurrent append makes this overwrite fail and retry rather than lose rows."""
+        table = quote_path(view.path or "")
+        for attempt in range(3):
+            version = tables.latest_commit(self.spark, view.path or "").version
+            compacted = self.spark.sql((view.state.compact_sql or "").replace(
+                "{table}", f"{table} VERSION AS OF {version}"))
+            columns = [f"CAST(`{n}` AS {t}) AS `{n}`" for n, t in view.state.columns]
+            try:
+                (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
+                 .option("userMetadata", _metadata({"view": view.state.name, "op": "compact"}))
+                 .save(view.path or ""))
+                self.on_step(f"compacted {view.state.name}")
+                return
+            except Exception as exc:
+                if "Concurrent" not in type(exc).__name__ + str(exc)[:300] or attempt == 2:
+                    raise
+
+    def _vacuum(self, path: str, retention_hours: float) -> None:
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        previous = self.spark.conf.get(check, "true")
+        if retention_hours < 168:
+            self.spark.conf.set(check, "false")
+        try:
+            self.spark.sql(f"VACUUM {quote_path(path)} RETAIN {float(retention_hours)} HOURS")
+        finally:
+            self.spark.conf.set(check, previous or "true")
+
+class _SessionMetadata:
+    """Tags the commits of SQL statements (DELETE, ...) with pipeframe's userMetadata while it is entered."""
+
+    KEY = "spark.databricks.delta.commitInfo.userMetadata"
+
+    def __init__(self, spark: SparkSession, value: str) -> None:
+        self.spark, self.value = spark, value
+
+    def __enter__(self) -> None:
+        self.spark.conf.set(self.KEY, self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        self.spark.conf.unset(self.KEY)
+
+
+def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:
+    """Delete the rows past a table's ENGINE_TTL, tagged as retention so views downstream ignore it."""
+    if resource.path and resource.state.ttl:
+        with _SessionMetadata(spark, _metadata({"op": "ttl"})):
+            spark.sql(f"DELETE FROM {quote_path(resource.path)} WHERE ({resource.state.ttl}) < current_timestamp()")
+
+
+def plan_chunks(frame: DataFrame, chunk_by: str | None, chunk_rows: int, where: str) -> tuple[list[str], list[int]]:
+    """Split a populate into conditions of about `chunk_rows` rows each: value ranges (from approximate
+    quantiles) for numbers, dates and timestamps, hash buckets for anything else."""
+    if not chunk_by:
+        return ["TRUE"], [frame.count()]
+    names = {f.name.lower(): f for f in frame.schema.fields}
+    field = names.get(chunk_by.strip("`").lower())
+    if field is None:
+        raise PipeframeError("PF705", f"--chunk-by `{chunk_by}` is not a column of {where}.",
+                             f"Columns: {', '.join(f.name for f in frame.schema.fields)}.")
+    total = frame.count()
+    n = max(1, math.ceil(total / max(1, chunk_rows)))
+    if n == 1:
+        return ["TRUE"], [total]
+    col, type_ = f"`{field.name}`", field.dataType.simpleString()
+    if type_.split("(")[0] in ORDERED_TYPES:
+        fractions = ", ".join(str(i / n) for i in range(1, n))
+        bounds = frame.selectExpr(f"CAST(percentile_approx({col}, array({fractions}), 10000) AS ARRAY<STRING>)") \
+            .first()[0] or []
+        bounds = [b for i, b in enumerate(bounds) if b is not None and b not in bounds[:i]]
+        lits = [f"CAST({sql_literal(b)} AS {type_})" for b in bounds]
+        chunks = [f"{col} IS NULL OR {col} < {lits[0]}"] if lits else ["TRUE"]
+        chunks += [f"{col} >= {lo} AND {col} < {hi}" for lo, hi in itertools.pairwise(lits)]
+        if lits:
+            chunks.append(f"{col} >= {lits[-1]}")
+    else:
+        chunks = [f"pmod(xxhash64({col}), {n}) = {i}" for i in range(n)]
+    bucket = "CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(chunks)) + " END"
+    counts = dict(frame.selectExpr(f"{bucket} AS b").groupBy("b").count().collect())
+    return chunks, [int(counts.get(i, 0)) for i in range(len(chunks))]
+
+
+def _metadata(info: dict) -> str:
+    import json
+
+    return json.dumps({"pipeframe": info})
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(pid), 0)  # type: ignore[arg-type]
+    except (ProcessLookupError, TypeError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,209 @@
+"""Physical Delta tables: creating them, writing view states with their watermark, and reading what changed in
+a source between two versions (its commit history and its change data feed)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from pipeframe.engine.warehouse import quote_path
+from pipeframe.plan.state import ResourceState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PARTITION_COLUMN = "__pf_partition"
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Maintenance commits that leave every view's merged values as they were: compaction rewrites state rows into
+# fewer rows, and retention (TTL) deletes old rows on purpose. Views downstream skip these commits.
+NEUTRAL_OPS = ("compact", "ttl")
+# Operations that rewrite or remove rows in place; any other operation only adds rows or changes metadata.
+REWRITING_OPS = {"WRITE": None, "DELETE": ("numDeletedRows",), "UPDATE": ("numUpdatedRows",),
+                 "MERGE": ("numTargetRowsUpdated", "numTargetRowsDeleted"), "TRUNCATE": (), "RESTORE": (),
+                 "REPLACE TABLE": (), "REPLACE TABLE AS SELECT": (), "CREATE OR REPLACE TABLE": (),
+                 "CREATE OR REPLACE TABLE AS SELECT": ()}
+
+
+def watermark_app_id(view: str) -> str:
+    """Delta idempotent-write id under which a view records the last source version it applied."""
+    return f"pipeframe:{view}"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One entry of a Delta table's history, as far as views care."""
+
+    version: int
+    timestamp: datetime
+    epoch: float  # the commit time in seconds since 1970 (UTC), whatever the session's time zone
+    operation: str
+    parameters: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)  # the `pipeframe` object of the commit's userMetadata
+
+    @property
+    def neutral(self) -> bool:
+        return self.metadata.get("op") in NEUTRAL_OPS
+
+    def rewrites_rows(self) -> bool:
+        """True when this commit updated or deleted rows in place (a view over the table can no longer
+        follow it by adding states)."""
+        if self.neutral or self.operation not in REWRITING_OPS:
+            return False
+        if self.operation == "WRITE":
+            return str(self.parameters.get("mode", "")).strip('"').lower() == "overwrite"
+        counters = REWRITING_OPS[self.operation]
+        if not counters:
+            return True
+        values = [self.metrics.get(c) for c in counters]
+        return any(v is None or str(v) != "0" for v in values)
+
+    def describe(self) -> str:
+        return f"{self.operation} at version {self.version} ({self.timestamp:%Y-%m-%d %H:%M:%S})"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """What a view has applied: the last source version, and which physical source table it came from."""
+
+    source_version: int | None
+    source_path: str | None = None
+    commit: Commit | None = None  # the view's commit that recorded it
+
+
+def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit]:
+    """The newest `limit` commits of a table, newest first."""
+    sql = f"DESCRIBE HISTORY {quote_path(path)}" + (f" LIMIT {int(limit)}" if limit else "")
+    commits = []
+    for row in spark.sql(sql).selectExpr("version", "timestamp", "unix_micros(timestamp) AS micros", "operation",
+                                         "operationParameters", "operationMetrics", "userMetadata").collect():
+        commits.append(Commit(int(row["version"]), row["timestamp"], row["micros"] / 1e6, row["operation"] or "",
+                              dict(row["operationParameters"] or {}), dict(row["operationMetrics"] or {}),
+                              _pipeframe_metadata(row["userMetadata"])))
+    return commits
+
+
+def latest_commit(spark: SparkSession, path: str) -> Commit:
+    return history(spark, path, 1)[0]
+
+
+def commits_between(spark: SparkSession, path: str, after: int, upto: int) -> list[Commit]:
+    """The commits with after < version <= upto, oldest first."""
+    commits = [c for c in history(spark, path, upto - after + 1) if after < c.version <= upto]
+    if len(commits) < upto - after:  # newer commits arrived meanwhile: read further back
+        commits = [c for c in history(spark, path) if after < c.version <= upto]
+    return sorted(commits, key=lambda c: c.version)
+
+
+def read_watermark(spark: SparkSession, path: str) -> Watermark:
+    """The newest watermark a view's table records (in the userMetadata of its newest state commit)."""
+    limit: int | None = 20
+    while True:
+        commits = history(spark, path, limit)
+        for commit in commits:
+            if "source_version" in commit.metadata:
+                return Watermark(int(commit.metadata["source_version"]), commit.metadata.get("source_path"), commit)
+        if limit is None or len(commits) < limit:
+            return Watermark(None)
+        limit = limit * 10 if limit < 2000 else None
+
+
+def read_changes(spark: SparkSession, source: ResourceState, path: str, commits: Iterable[Commit]) -> DataFrame:
+    """The rows that `commits` added to a source, from Delta's change data feed (neutral commits skipped)."""
+    commits = list(commits)
+    wanted = [c.version for c in commits if not c.neutral]
+    columns = [f"`{name}`" for name, _ in source.columns]
+    if not wanted:
+        return spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.columns))
+    frame = (spark.read.format("delta").option("readChangeFeed", "true")
+             .option("startingVersion", min(wanted)).option("endingVersion", max(wanted)).load(path)
+             .where("_change_type = 'insert'"))
+    skipped = [c.version for c in commits if c.neutral and min(wanted) < c.version < max(wanted)]
+    if skipped:
+        frame = frame.where(f"_commit_version NOT IN ({', '.join(map(str, skipped))})")
+    return frame.select(*columns)
+
+
+def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version: int) -> DataFrame:
+    """A source's rows as of one version: the pinned input of a populate or rebuild."""
+    frame = spark.read.format("delta").option("versionAsOf", version).load(path)
+    return frame.select(*[f"`{name}`" for name, _ in source.columns])
+
+
+def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_version: int | None = None,
+                 source_path: str | None = None, app_id: str | None = None, txn_version: int | None = None,
+                 metadata: dict | None = None) -> None:
+    """Append view rows to `path` in one Delta commit.
+
+    With `source_version`, the commit also records the view's watermark: Delta's idempotent writes skip a
+    replay of a version already applied (txnAppId/txnVersion), and the userMetadata names the source version
+    and table for `read_watermark`. Populate chunks pass their own `app_id`/`txn_version` instead."""
+    columns = [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
+    info = {"view": state.name, **(metadata or {})}
+    writer = frame.selectExpr(*columns).write.format("delta").mode("append")
+    if source_version is not None:
+        info.update(source=state.source, source_version=source_version, source_path=source_path)
+        app_id, txn_version = watermark_app_id(state.name), source_version
+    if app_id is not None and txn_version is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
+    writer.option("userMetadata", json.dumps({"pipeframe": info})).save(path)
+
+
+def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:
+    """Create an empty Delta table for a datasource or view target, with its layout and properties.
+
+    Every table keeps a change data feed: that is how views read exactly the rows a commit added."""
+    columns = [f"`{name}` {type_}" for name, type_ in state.columns]
+    layout = ""
+    if state.partition_key:
+        key = state.partition_key.strip()
+        if IDENTIFIER.fullmatch(key.strip("`")) and key.strip("`") in dict(state.columns):
+            layout = f" PARTITIONED BY (`{key.strip('`')}`)"
+        else:
+            ddl = ", ".join(columns)
+            part_type = spark.createDataFrame([], ddl).selectExpr(f"{key} AS p").schema[0].dataType
+            columns.append(f"`{PARTITION_COLUMN}` {part_type.simpleString()} GENERATED ALWAYS AS ({key})")
+            layout = f" PARTITIONED BY (`{PARTITION_COLUMN}`)"
+    elif state.sorting_key:
+        layout = f" CLUSTER BY ({', '.join(f'`{k}`' for k in state.sorting_key)})"
+    properties = {"pipeframe.resource": state.name, "pipeframe.kind": state.kind,
+                  "delta.enableChangeDataFeed": "true"}
+    if state.ttl:
+        properties["pipeframe.ttl"] = state.ttl
+    if state.partition_key and state.sorting_key:
+        properties["pipeframe.zorder"] = ", ".join(state.sorting_key)  # used by OPTIMIZE ... ZORDER BY
+    props = ", ".join(f"'{k}' = {sql_literal(v)}" for k, v in properties.items())
+    spark.sql(f"CREATE TABLE {quote_path(path)} ({', '.join(columns)}) USING DELTA{layout} "
+              f"COMMENT {sql_literal(state.description)} TBLPROPERTIES ({props})")
+
+
+def remove_path(spark: SparkSession, path: str) -> None:
+    """Delete a table's folder (local paths directly, any other URI through Hadoop's FileSystem)."""
+    if "://" not in path or path.startswith("file:"):
+        shutil.rmtree(path.removeprefix("file:"), ignore_errors=True)
+        return
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if fs.exists(hadoop_path):
+        fs.delete(hadoop_path, True)
+
+
+def sql_literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _pipeframe_metadata(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    inner = data.get("pipeframe") if isinstance(data, dict) else None
+    return inner if isinstance(inner, dict) else {}
