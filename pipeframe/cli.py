@@ -69,8 +69,9 @@ def main() -> None:
     \b
     Examples:
       pipeframe check example_project
-      pipeframe sql top_products -p example_project
-      pipeframe graph --format mermaid -p example_project
+      pipeframe deploy -p example_project --yes
+      pipeframe append sales example_project/fixtures/sales.ndjson -p example_project
+      pipeframe status -p example_project
     """
 
 
@@ -184,7 +185,9 @@ def graph(project_dir: str, env: str | None, fmt: str) -> None:
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)  # long lines stay whole in CI logs
+    # Long lines stay whole in CI logs, and tables get room there instead of an 80-column squeeze.
+    console = Console(highlight=False, soft_wrap=True)
+    return console if console.is_terminal else Console(highlight=False, soft_wrap=True, width=160)
 
 
 @main.command()
@@ -322,6 +325,45 @@ def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int
     run(body)
 
 
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--param k=v` options as a dict; a malformed one is a usage error naming it."""
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise PipeframeError("PF805", f"`--param {pair}` is not of the form name=value.",
+                                 "Write each parameter as --param name=value, e.g. --param limit=10.")
+        params[name.strip()] = value
+    return params
+
+
+@main.command()
+@click.argument("pipe")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="A request parameter (repeatable), validated against the pipe's typed parameters.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "ndjson"]), default="table",
+              show_default=True, help="json is the HTTP API's answer: meta, data, rows, statistics.")
+@PROJECT_OPTION
+@ENV_OPTION
+def endpoint(pipe: str, params: tuple[str, ...], fmt: str, project_dir: str, env: str | None) -> None:
+    """Call an endpoint pipe with parameters, as `GET /v0/pipes/PIPE.json` would.
+
+    \b
+    Example:
+      pipeframe endpoint top_products --param limit=3 --param start="2024-05-15 00:00:00" -p example_project
+    """
+
+    def body() -> int:
+        result = _project(project_dir, env).endpoint(pipe, **parse_params(params))
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            print_rows(result.columns, result.data, fmt)
+        return 0
+
+    run(body)
+
+
 def print_rows(columns: list[str], rows: list[dict], fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"meta": [{"name": c} for c in columns], "data": rows, "rows": len(rows)},
@@ -345,5 +387,14 @@ def print_rows(columns: list[str], rows: list[dict], fmt: str) -> None:
         click.echo(f"{len(rows)} row(s)")
 
 
+from pipeframe import (
+    cli_data,  # noqa: F401 — registers the data commands on `main`
+    cli_dev,  # noqa: F401 — registers `init` and `test` on `main`
+    cli_serve,  # noqa: F401 — registers `serve` on `main`
+)
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # `python -m pipeframe.cli`: run the importable module's group, the one cli_data registered commands on.
+    from pipeframe.cli import main as _main
+
+    _main()

@@ -2,7 +2,8 @@
 
 Every problem carries a stable code (``PF101``), a location, one sentence saying what is wrong and one
 saying how to fix it. Code ranges: PF0xx project/config, PF1xx datafile syntax, PF2xx templates,
-PF3xx names/SQL/graph/types, PF4xx incrementality, PF5xx runtime/engine.
+PF3xx names/SQL/graph/types, PF4xx incrementality, PF5xx Spark session, PF6xx deploy, PF7xx ingest and
+views, PF8xx endpoints, copy pipes, the HTTP server and `pipeframe test`. The full list: docs/diagnostics.md.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class PipeframeError(Exception):
     """The one exception type that reaches users; it holds one or more diagnostics."""
 
     exit_code = 1  # what the CLI exits with
+    http_status = 400  # what the HTTP server answers with
 
     def __init__(
         self,
@@ -74,8 +76,12 @@ class PipeframeError(Exception):
         message: str,
         hint: str = "",
         location: Location | None = None,
+        *,
+        http_status: int | None = None,
     ) -> None:
         self.diagnostics: tuple[Diagnostic, ...] = (Diagnostic(code, message, hint, location),)
+        if http_status is not None:
+            self.http_status = http_status
         super().__init__(self.diagnostics[0].format())
 
     @classmethod

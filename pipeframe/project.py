@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeframe.config import ProjectConfig, load_config
 from pipeframe.errors import Diagnostic, Location, PipeframeError
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pyspark.sql import DataFrame, SparkSession
 
     from pipeframe.compiler.compile import CompiledProject
+    from pipeframe.endpoints import EndpointResult, Endpoints
     from pipeframe.engine.deploy import DeployResult
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.lifecycle import ViewStatus
@@ -224,9 +225,37 @@ class Project:
         """Append rows to a landing datasource and flow them through its views.
 
         `data` is a file path (NDJSON, CSV or Parquet; `format` overrides the extension), a Spark or pandas
-        DataFrame, or a list of dicts (read like NDJSON events). Rows that do not fit the schema go to
+        DataFrame, or a list of dicts or of NDJSON lines (read like NDJSON events). Rows that do not fit the schema go to
         `<name>_quarantine`; the result counts both."""
         return self._ingest(name, data, format, "append", None, on_step)
+
+    def load_fixtures(self, on_step: Callable[[str], None] | None = None,
+                      reload: set[str] | frozenset[str] = frozenset()) -> list[IngestResult]:
+        """Append every `fixtures/<datasource>.<ndjson|csv|parquet>` file to its datasource, lookup tables
+        (DIMENSIONS) first. A file whose exact contents were loaded before is skipped, so this is safe to rerun.
+        Datasources named in `reload` are replaced by their fixture file instead (the dev loop, on a save)."""
+        import hashlib
+
+        from pipeframe.engine import tables
+        from pipeframe.engine.ingest import IngestResult
+
+        compiled = self.compiled
+        dimensions = {d for v in compiled.views for d in v.dimensions}
+        files = [f for f in compiled.resources.fixtures if Path(f).name.split(".")[0] in compiled.datasources]
+        files.sort(key=lambda f: (Path(f).name.split(".")[0] not in dimensions, f))
+        results = []
+        for rel in files:
+            name = Path(rel).name.split(".")[0]
+            digest = hashlib.sha256((self.root / rel).read_bytes()).hexdigest()[:16]
+            table = self.materializer().table(name)
+            loaded = any(c.metadata.get("fixture") == digest for c in tables.history(self.spark, table.path or ""))
+            if loaded and name not in reload:
+                results.append(IngestResult(name, 0, 0, None, ("already loaded",)))
+                continue
+            mode = "overwrite" if name in reload else "append"
+            results.append(self._ingest(name, str(self.root / rel), None, mode, None, on_step,
+                                        {"op": "fixture", "fixture": digest, "file": rel}))
+        return results
 
     def replace(self, name: str, data: object, where: str | None = None, format: str | None = None) -> IngestResult:
         """Replace every row of a datasource (or those matching `where`) with `data`; its views are rebuilt."""
@@ -245,7 +274,7 @@ class Project:
         return self.delete(name, None)
 
     def _ingest(self, name: str, data: object, format: str | None, mode: str, where: str | None,
-                on_step: Callable[[str], None] | None) -> IngestResult:
+                on_step: Callable[[str], None] | None, metadata: dict | None = None) -> IngestResult:
         from dataclasses import replace
 
         from pipeframe.engine.ingest import Ingestor, conform_data, detect_format, read_file
@@ -258,7 +287,7 @@ class Project:
             batch = read_file(self.spark, path, detect_format(path, format), definition)
         else:
             batch = conform_data(self.spark, data, definition)
-        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where)
+        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where, metadata)
         materializer.on_step("source committed")
         views = materializer.refresh(materializer.downstream([name]), full=mode == "overwrite")
         return replace(result, views=tuple(views))
@@ -330,12 +359,37 @@ class Project:
 
         return Lifecycle(self.materializer()).recover(view)
 
-    def query(self, sql: str) -> DataFrame:
-        """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values)."""
+    def query(self, sql_or_pipe: str, **params: Any) -> DataFrame:
+        """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values), or, given
+        an endpoint pipe's name, that endpoint with `params`: `project.query("top_products", limit=3)`."""
         from pipeframe.compiler.compile import compile_query
 
+        if sql_or_pipe in self.compiled.pipes:
+            return self.endpoints().frame(sql_or_pipe, params)
+        if params:
+            raise PipeframeError("PF801", f"There is no pipe `{sql_or_pipe}`; parameters need an endpoint pipe.",
+                                 "Pass an endpoint pipe's name, or SQL without parameters.")
         self.warehouse.register(self.warehouse.deployed())
-        return self.spark.sql(compile_query(sql))
+        return self.spark.sql(compile_query(sql_or_pipe))
+
+    def endpoints(self) -> Endpoints:
+        """The project's endpoint pipes over the deployed tables (registered by name in the session)."""
+        from pipeframe.endpoints import Endpoints
+
+        return Endpoints(self.compiled, self.spark, self.warehouse)
+
+    def endpoint(self, pipe: str, **params: Any) -> EndpointResult:
+        """Call an endpoint pipe: its rows and Tinybird's `meta`/`statistics`, as the HTTP API answers."""
+        return self.endpoints().run(pipe, params)
+
+    def delete_view(self, view: str, force: bool = False) -> DeployResult:
+        """Drop a deployed view's table, through a deploy of drop changes (locked, and listed by `deploy --history`).
+
+        Refused with the dependents listed (PF707, HTTP 409) while other views or pipes read it, unless `force`,
+        which drops them too. The files still declare them: the next `deploy` creates them again."""
+        from pipeframe.engine.lifecycle import Lifecycle
+
+        return Lifecycle(self.materializer()).delete(view, force, git_commit(self.root))
 
 
 def git_commit(root: Path) -> str | None:

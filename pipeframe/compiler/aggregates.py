@@ -30,6 +30,8 @@ class AggregateState:
     # The aggregate a downstream (cascading) view may apply to this state's *column* to roll it up.
     rollup: tuple[str, ...] = ()
     note: str = ""
+    # The plain (non-state) aggregate for ClickHouse spellings outside a materialized pipe, e.g. uniqExact(x).
+    plain: str = ""
 
     def state_sql(self, args: list[str], params: list[str]) -> str:
         return self.state.format(x=args[0] if args else "*", y=args[1] if len(args) > 1 else "NULL",
@@ -39,8 +41,17 @@ class AggregateState:
         return self.combine.format(c=column)
 
     def finalize_sql(self, column: str, params: list[str]) -> str:
-        param = params[0] if len(params) == 1 else f"array({', '.join(params)})"
-        return self.finalize.format(c=column, p=param)
+        return self.finalize.format(c=column, p=_param(params))
+
+    def plain_sql(self, args: list[str], params: list[str]) -> str:
+        if self.plain:
+            return self.plain.format(x=args[0] if args else "*")
+        return f"{self.plain_names[0]}({', '.join(args + ([_param(params)] if params else []))})"
+
+
+def _param(params: list[str]) -> str:
+    """One parameter as itself, several as an array (quantiles(0.5, 0.9) → array(0.5, 0.9))."""
+    return params[0] if len(params) == 1 else f"array({', '.join(params)})"
 
 
 def _same(types: tuple[str | None, ...]) -> str:
@@ -74,14 +85,17 @@ HLL = "hll_sketch_estimate(hll_union_agg({c}, true))"
 KLL_MERGE = "kll_merge_agg_double({c})"
 VARIANCE_STATE = ("named_struct('n', count({x}), 'mean', avg(CAST({x} AS DOUBLE)), "
                   "'m2', var_pop(CAST({x} AS DOUBLE)) * count({x}))")
+# Chan's parallel combination, written as one aggregate: M2 = Σm2 + Σn·mean² − (Σn·mean)²/Σn. Its rounding
+# error is about 1e-16·Σn·mean², so anything below 1e-12·Σn·mean² is cancellation noise (a constant group)
+# and reads as 0: never a tiny negative M2 (NaN from sqrt) nor a spurious positive spread.
+_M2 = ("(sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
+       "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)))")
+M2 = (f"CASE WHEN {_M2} > 1e-12 * sum({{c}}.n * {{c}}.mean * {{c}}.mean) THEN {_M2} "
+      f"WHEN {_M2} IS NOT NULL THEN 0D END")  # NULL (no values) stays NULL
 VARIANCE_COMBINE = ("named_struct('n', sum({c}.n), 'mean', try_divide(sum({c}.n * {c}.mean), sum({c}.n)), "
-                    "'m2', sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
-                    "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)))")
-# Chan's parallel combination, written as one aggregate: M2 = Σm2 + Σn·mean² − (Σn·mean)²/Σn.
-VAR_POP = ("try_divide(sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
-           "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)), sum({c}.n))")
-VAR_SAMP = ("try_divide(sum({c}.m2) + sum({c}.n * {c}.mean * {c}.mean) "
-            "- try_divide(power(sum({c}.n * {c}.mean), 2), sum({c}.n)), sum({c}.n) - 1)")
+                    f"'m2', {M2})")
+VAR_POP = f"try_divide({M2}, sum({{c}}.n))"
+VAR_SAMP = f"try_divide({M2}, sum({{c}}.n) - 1)"
 VARIANCE_TYPE = _const("STRUCT<n: BIGINT, mean: DOUBLE, m2: DOUBLE>")
 
 STATES: tuple[AggregateState, ...] = (
@@ -102,11 +116,12 @@ STATES: tuple[AggregateState, ...] = (
                    exact=False, note="HLL sketch (lgConfigK 12): about 1.6% relative standard error"),
     AggregateState("uniq_exact", (), ("uniqExact",), "collect_set({x})",
                    "array_distinct(flatten(collect_list({c})))", "size(array_distinct(flatten(collect_list({c}))))",
-                   _set_type),
+                   _set_type, plain="size(collect_set({x}))"),
     AggregateState("quantiles", ("percentile_approx", "approx_percentile"),
                    ("quantile", "quantiles", "quantileTDigest", "quantilesTDigest"),
                    "kll_sketch_agg_double(CAST({x} AS DOUBLE))", KLL_MERGE,
-                   "kll_sketch_get_quantile_double(" + KLL_MERGE + ", {p})", _const("BINARY"),
+                   f"CASE WHEN kll_sketch_get_n_double({KLL_MERGE}) > 0 "  # an empty sketch cannot be queried
+                   f"THEN kll_sketch_get_quantile_double({KLL_MERGE}, {{p}}) END", _const("BINARY"),
                    exact=False, parametric=True, note="KLL sketch (k=200): about 1.3% normalized rank error"),
     AggregateState("arg_max", ("max_by",), ("argMax",), "named_struct('t', max({y}), 'v', max_by({x}, {y}))",
                    "named_struct('t', max({c}.t), 'v', max_by({c}.v, {c}.t))", "max_by({c}.v, {c}.t)",
@@ -162,8 +177,11 @@ ALL_AGGREGATES = set(BY_PLAIN_NAME) | set(NOT_MERGEABLE) | {
 
 
 def split_clickhouse_name(name: str) -> tuple[AggregateState, str] | None:
-    """`uniqState` → (uniq, 'State'); `sumMergeState` → (sum, 'MergeState'); `countStateIf` → (count, 'StateIf')."""
+    """`uniqState` → (uniq, 'State'); `sumMergeState` → (sum, 'MergeState'); `countStateIf` → (count, 'StateIf');
+    a plain ClickHouse aggregate Spark does not have, `uniqExact` → (uniq_exact, 'Plain')."""
     lowered = name.lower()
+    if lowered in BY_CLICKHOUSE_NAME and lowered not in ALL_AGGREGATES:
+        return BY_CLICKHOUSE_NAME[lowered], "Plain"
     for suffix in ("mergestate", "stateif", "state", "merge", "if"):
         if lowered.endswith(suffix) and lowered[: -len(suffix)] in BY_CLICKHOUSE_NAME:
             canonical = {"mergestate": "MergeState", "stateif": "StateIf", "state": "State", "merge": "Merge",

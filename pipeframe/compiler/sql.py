@@ -17,6 +17,7 @@ from pipeframe.errors import Location, PipeframeError
 # One dialect instance: passing the name makes sqlglot look it up and build a new one on every call.
 DIALECT = Dialect.get_or_raise("spark")
 # `quantilesState(0.5, 0.9)(x)` → `quantilesState(x, 0.5, 0.9)`: the catalog knows the first argument is x.
+# `quantile(0.5)(x)` → `quantiles(x, 0.5)`, the KLL sketch aggregate.
 PARAMETRIC_CALL = re.compile(r"\b(quantiles?(?:TDigest)?(?:State|Merge|MergeState|If|StateIf)?)\s*\(([^()]*)\)\s*\(")
 
 
@@ -34,7 +35,9 @@ def preprocess(sql: str) -> str:
             break
         inner = sql[match.end(): i - 1]
         out.append(sql[pos: match.start()])
-        out.append(f"{match.group(1)}({inner}, {match.group(2)})")
+        # ClickHouse's plain quantile(p)(x) is approximate; Spark's quantile(x, p) would be the exact percentile.
+        name = "quantiles" if match.group(1).lower() == "quantile" else match.group(1)
+        out.append(f"{name}({inner}, {match.group(2)})")
         pos = i
     out.append(sql[pos:])
     return "".join(out)

@@ -213,8 +213,8 @@ def translate_merges(tree: exp.Expression) -> exp.Expression:
             sql = state.combine_sql(args[0])
         elif form in ("State", "StateIf"):
             sql = state.state_sql(args, params)
-        else:  # plain xIf: the ordinary aggregate over the filtered values
+        else:  # plain xIf / uniqExact(x): the ordinary aggregate (over the filtered values)
             sql = state.state_sql(args, params) if state.kind in ("count_if", "count", "sum", "min", "max") \
-                else f"{state.plain_names[0]}({', '.join(args + params)})"
+                else state.plain_sql(args, params)
         node.replace(sqlglot.parse_one(sql, read=DIALECT))
     return tree

@@ -363,6 +363,11 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
             return
         node["copy_mode"] = value.lower()
     elif kw == "COPY_SCHEDULE":
+        if value.lower() != "@on-demand" and not _valid_cron(value):
+            sink.error("PF101", f"COPY_SCHEDULE `{value}` is not a cron expression.",
+                       "Use five cron fields in UTC (minute hour day month weekday), e.g. `0 1 * * *` for 01:00 "
+                       "every day, or @on-demand.", st.location)
+            return
         node["copy_schedule"] = value
     elif kw == "DIMENSIONS":
         names = tuple(n.strip().strip("`") for n, _ in split_top_level(value) if n.strip())
@@ -390,3 +395,9 @@ def parse_file(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasource | P
 
 def make_lexer(root: Path, environ: Mapping[str, str], sink: DiagnosticSink) -> Lexer:
     return Lexer(root.resolve(), environ, sink)
+
+
+def _valid_cron(expression: str) -> bool:
+    from croniter import croniter  # only projects with schedules pay for the import
+
+    return len(expression.split()) == 5 and croniter.is_valid(expression)

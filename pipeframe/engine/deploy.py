@@ -65,6 +65,7 @@ class Deployer:
                                  "Nothing was changed: the previous version is still live. Fix the cause and "
                                  "deploy again.") from None
         self.warehouse.release_lock(deployment)
+        self._reset_view_records(plan, deployed, live)
         # After the swap: old versions of rebuilt tables and dropped tables are no longer read by anyone.
         for change in plan.pending:
             before = deployed.get(change.key)
@@ -74,6 +75,19 @@ class Deployer:
             if after is not None and after.state.has_table and after.state.ttl and change.action != "drop":
                 self._apply_ttl(after)
         return DeployResult(deployment, len(plan.pending), plan)
+
+    def _reset_view_records(self, plan: Plan, before: dict[str, DeployedResource],
+                            after: dict[str, DeployedResource]) -> None:
+        """A view built anew starts clean: no error, not stale, and paused only if paused with --permanent."""
+        records = self.warehouse.view_records()
+        for change in plan.pending:
+            old, new = before.get(change.key), after.get(change.key)
+            record = records.get(change.name)
+            if record is None or (old is not None and new is not None and old.path == new.path):
+                continue
+            paused = record.paused and record.permanent and new is not None
+            self.warehouse.save_view_record(replace(record, paused=paused, permanent=paused, stale_reason=None,
+                                                        error=None, backfill=None))
 
     # --------------------------------------------------------------------------------- changes
     def _apply_change(self, change: Change, live: dict[str, DeployedResource], created: list[str]) -> None:

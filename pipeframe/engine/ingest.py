@@ -123,7 +123,7 @@ def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], 
         selects.append(f"{converted} AS `{column.name}`")
         shown = f"substr(CAST({value} AS STRING), 1, 80)"
         reasons.append(f"CASE WHEN {value} IS NOT NULL AND {converted} IS NULL THEN "
-                       f"concat('column `{column.name}`: cannot read ', {shown}, ' as {_plain(column)}') END")
+                       f"concat('column `{column.name}`: cannot read \"', {shown}, '\" as {_plain(column)}') END")
     reason = f"nullif(concat_ws('; ', {', '.join(reasons)}), '')" if reasons else "CAST(NULL AS STRING)"
     return frame.selectExpr(*selects, f"{raw} AS `{RAW}`", f"{reason} AS `{REASON}`")
 
@@ -145,7 +145,7 @@ class Ingestor:
         self.warehouse = warehouse
 
     def write(self, table: DeployedResource, batch: Batch, mode: str = "append",
-              where: str | None = None) -> IngestResult:
+              where: str | None = None, metadata: dict | None = None) -> IngestResult:
         """Quarantine the rows that do not fit, then commit the rest to the datasource (append, or overwrite
         all rows / the rows matching `where`). Quarantine is written first: a crash in between loses nothing."""
         from pyspark import StorageLevel
@@ -166,6 +166,8 @@ class Ingestor:
             columns = [f"`{name}`" for name, _ in table.state.columns]
             good = frame.where(f"`{REASON}` IS NULL").select(*columns)
             writer = good.write.format("delta").mode(mode)
+            if metadata:
+                writer = writer.option("userMetadata", json.dumps({"pipeframe": metadata}))
             if where:
                 writer = writer.option("replaceWhere", where)
             try:
@@ -198,14 +200,15 @@ class Ingestor:
 
 
 def conform_data(spark: SparkSession, data: object, datasource: Datasource) -> Batch:
-    """`Project.append` input: a Spark DataFrame or pandas DataFrame (columns by name), or a list of dicts
-    (read like NDJSON events, through the `json:` paths)."""
+    """`Project.append` input: a Spark DataFrame or pandas DataFrame (columns by name), or a list of dicts or of
+    NDJSON lines (read like NDJSON events, through the `json:` paths; a line that is not JSON is quarantined)."""
     from pyspark.sql import DataFrame as SparkFrame
 
     if isinstance(data, SparkFrame):
         return Batch(conform(data, datasource), "dataframe")
     if isinstance(data, list | tuple):
-        return Batch(conform_lines(spark, [json.dumps(row, default=str) for row in data], datasource), "rows")
+        lines = [row if isinstance(row, str) else json.dumps(row, default=str) for row in data]
+        return Batch(conform_lines(spark, lines, datasource), "rows")
     if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
         return Batch(conform(spark.createDataFrame(data), datasource), "dataframe")  # pandas
     raise PipeframeError("PF715", f"Cannot append a {type(data).__name__}.",

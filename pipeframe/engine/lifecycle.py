@@ -1,5 +1,5 @@
 """View lifecycle: each view's status (active, backfilling, rebuilding, paused, stale, error) with its lag,
-size and backfill progress, and the transitions pause, resume and recover."""
+size and backfill progress, and the transitions pause, resume, recover and delete."""
 
 from __future__ import annotations
 
@@ -8,10 +8,27 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pipeframe.engine import tables
+from pipeframe.engine.deploy import Deployer, DeployResult
 from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
-from pipeframe.engine.warehouse import DeployedResource, ViewRecord, quote_path
+from pipeframe.engine.warehouse import DeployedResource, ViewRecord, _first_line, quote_path
+from pipeframe.errors import RefusedError
+from pipeframe.plan.diff import Plan, dependents_first, drop
 
 STATUSES = ("active", "backfilling", "rebuilding", "paused", "stale", "error")
+
+
+class ViewInUse(RefusedError):
+    """Deleting a view that other views or pipes read, without force (HTTP 409); `dependents` lists them as
+    (name, kind) pairs."""
+
+    http_status = 409
+
+    def __init__(self, view: str, dependents: list[DeployedResource]) -> None:
+        self.dependents = tuple((d.state.name, d.state.kind) for d in dependents)
+        names = ", ".join(f"{kind} `{name}`" for name, kind in self.dependents)
+        super().__init__("PF707", f"View `{view}` is read by {names}.",
+                         "Delete it with force (`?force=true` over HTTP) to drop those too, or change them to stop "
+                         "reading it and deploy first.")
 
 
 @dataclass(frozen=True)
@@ -29,7 +46,7 @@ class ViewStatus:
     source: str | None
     source_version: int | None
     applied_version: int | None
-    lag_versions: int | None
+    lag_versions: int | None  # source commits with new rows that the view has not applied
     lag_seconds: float | None  # how long the oldest source commit not yet applied has waited
     last_refresh: datetime | None
     permanent: bool = False
@@ -70,29 +87,41 @@ class Lifecycle:
         return [self._status(v, records.get(v.state.name) or ViewRecord(v.state.name)) for v in views]
 
     def _status(self, view: DeployedResource, record: ViewRecord) -> ViewStatus:
+        """Never raises for a damaged table: what cannot be read is reported as the view's error."""
         path = view.path or ""
-        detail = self.spark.sql(f"DESCRIBE DETAIL {quote_path(path)}").first()
-        rows = int(self.spark.sql(f"SELECT count(*) FROM {quote_path(path)}").first()[0])
-        watermark = tables.read_watermark(self.spark, path)
+        rows = files = size = 0
+        watermark = tables.Watermark(None)
+        problem = None
+        try:
+            detail = self.spark.sql(f"DESCRIBE DETAIL {quote_path(path)}").first()
+            files, size = int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
+            rows = int(self.spark.sql(f"SELECT count(*) FROM {quote_path(path)}").first()[0])
+            watermark = tables.read_watermark(self.spark, path)
+        except Exception as exc:  # noqa: BLE001 — shown as the view's error; `recover` rebuilds the table
+            problem = f"cannot read its table: {_first_line(exc)}"
         source = self.materializer.deployed.get(f"datasource:{view.state.source}")
         source_version = lag = lag_seconds = None
-        if source is not None and source.path:
-            latest = tables.latest_commit(self.spark, source.path)
-            source_version = latest.version
-            if watermark.source_version is not None:
-                lag = max(0, latest.version - watermark.source_version)
-                lag_seconds = 0.0
-                if lag:
-                    pending = tables.commits_between(self.spark, source.path, watermark.source_version,
-                                                     latest.version)
-                    waiting = [c.epoch for c in pending if not c.neutral]
-                    lag_seconds = max(0.0, time.time() - min(waiting)) if waiting else 0.0
-        reason = record.error or record.stale_reason
+        try:
+            if source is not None and source.path:
+                latest = tables.latest_commit(self.spark, source.path)
+                source_version = latest.version
+                if watermark.source_version is not None:
+                    lag, lag_seconds = self._lag(source.path, watermark.source_version, latest.version)
+        except Exception as exc:  # noqa: BLE001
+            problem = problem or f"cannot read its source `{view.state.source}`: {_first_line(exc)}"
+        reason = record.error or problem or record.stale_reason
+        state = "error" if problem and not record.backfill else effective_status(record)
         backfill = BackfillProgress.from_run(view.state.name, record.backfill) if record.backfill else None
-        return ViewStatus(view.state.name, view.state.view_pipe, effective_status(record), reason, view.version,
-                          rows, int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0), view.state.source,
-                          source_version, watermark.source_version, lag, lag_seconds,
+        return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
+                          view.state.source, source_version, watermark.source_version, lag, lag_seconds,
                           watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill)
+
+    def _lag(self, source_path: str, applied: int, latest: int) -> tuple[int, float]:
+        """Source commits with rows not applied yet, and how long the oldest of them has waited."""
+        if latest <= applied:
+            return 0, 0.0
+        pending = [c for c in tables.commits_between(self.spark, source_path, applied, latest) if c.changes_data]
+        return len(pending), max(0.0, time.time() - min(c.epoch for c in pending)) if pending else 0.0
 
     def pause(self, name: str, permanent: bool = False) -> ViewRecord:
         """Stop applying new source rows to a view; it keeps its watermark and catches up on resume."""
@@ -122,3 +151,36 @@ class Lifecycle:
                 return results + self.materializer.refresh(self.materializer.downstream([view.state.name]))
             self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), error=None))
         return self.materializer.rebuild(view.state.name)
+
+    def dependents(self, name: str) -> list[DeployedResource]:
+        """What reads the view, directly or through other views and pipes, upstream first. Landing
+        datasources (a copy pipe's target) are never dependents: their rows are not derived from the view."""
+        view = self.materializer.resolve(name)
+        reached, found = {view.key}, []
+        for resource in self.materializer.deployed.values():  # dependency order: readers come after what they read
+            if resource.state.kind != "datasource" and reached & set(resource.state.depends_on):
+                reached.add(resource.key)
+                found.append(resource)
+        return found
+
+    def delete(self, name: str, force: bool = False, git_commit: str | None = None) -> DeployResult:
+        """Drop a view's table; refused (ViewInUse) while views or pipes read it, unless `force` drops them too.
+
+        It is a deploy of drop changes: it takes the deploy lock and is recorded in the deploy history. The files
+        still declare what was dropped, so the next deploy creates it again."""
+        view = self.materializer.resolve(name)
+        dependents = self.dependents(name)
+        if dependents and not force:
+            raise ViewInUse(view.state.name, dependents)
+        deployed = self.materializer.deployed
+        states = {key: resource.state for key, resource in deployed.items()}
+        gone = dependents_first([view.key, *(d.key for d in dependents)], states)
+        # Everything that reads what is dropped is dropped with it, so no remaining reader can refuse a drop.
+        plan = Plan(tuple(drop(states[key], {}, allow_destructive=True) for key in gone))
+        remaining = [key for key in deployed if key not in gone]
+        result = Deployer(self.spark, self.warehouse).apply(plan, remaining, git_commit)
+        for key in gone:
+            if states[key].has_table:
+                self.spark.catalog.dropTempView(states[key].name)  # its name no longer reads a table
+        self.materializer.deployed = self.warehouse.deployed()
+        return result

@@ -10,6 +10,7 @@ import os
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -25,9 +26,14 @@ if TYPE_CHECKING:
 
 BATCH_VIEW = "__pf_batch"  # the name every view's state SQL reads its block of new rows from
 DEFAULT_CHUNK_ROWS = 1_000_000
+RECENT_COMMITS = 50  # source history read per refresh; a view further behind reads the rest
 ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp")
 
 StepHook = Callable[[str], None]
+
+
+class WatermarkMissing(Exception):
+    """A view table whose history no longer says which source version it has applied."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,11 @@ class Materializer:
         self.on_step = on_step or (lambda _step: None)
         self.on_progress = on_progress or (lambda _progress: None)
         self.deployed = warehouse.deployed() if deployed is None else deployed
+        # Within one refresh: each source's recent history is read once, and the rows of a commit range are
+        # read once (and cached) when several views at the same watermark need them.
+        self._recent: dict[str, list[tables.Commit]] = {}
+        self._batches: dict[tuple[str, int, int], DataFrame] = {}
+        self._readers: Counter[str] = Counter()
 
     # ------------------------------------------------------------------------------------ lookup
     def views(self) -> list[DeployedResource]:
@@ -145,14 +156,20 @@ class Materializer:
         views = self.views() if views is None else views
         records = self.warehouse.view_records()
         results: list[ViewRefresh] = []
-        for view in views:
-            if any(r.view == view.state.name for r in results):
-                continue  # rebuilt already, as the downstream of a rebuilt view
-            record = records.get(view.state.name) or ViewRecord(view.state.name)
-            if full:
-                results += self.rebuild(view.state.name, record=record)
-            else:
-                results.append(self._refresh_one(self.deployed[view.key], record))
+        self._readers = Counter(v.state.source or "" for v in views)
+        try:
+            for view in views:
+                if any(r.view == view.state.name for r in results):
+                    continue  # rebuilt already, as the downstream of a rebuilt view
+                record = records.get(view.state.name) or ViewRecord(view.state.name)
+                if full:
+                    results += self.rebuild(view.state.name, record=record)
+                else:
+                    results.append(self._refresh_one(self.deployed[view.key], record))
+        finally:
+            for batch in self._batches.values():
+                batch.unpersist()
+            self._recent, self._batches, self._readers = {}, {}, Counter()
         return results
 
     def _refresh_one(self, view: DeployedResource, record: ViewRecord) -> ViewRefresh:
@@ -178,27 +195,52 @@ class Materializer:
         state = view.state
         source = self._source_of(view)
         watermark = tables.read_watermark(self.spark, view.path or "")
-        latest = tables.latest_commit(self.spark, source.path or "")
+        if watermark.source_version is None:
+            # Every view table records one when it is built; starting over from version 0 would count twice.
+            raise WatermarkMissing(f"no source version is recorded in the history of {view.path}; run "
+                                   f"`pipeframe refresh {state.name} --full` to rebuild it")
+        recent = self._recent_commits(source.path or "")
+        latest = recent[0]
         applied = watermark.source_version
-        if applied is not None and watermark.source_path not in (None, source.path):
+        if watermark.source_path not in (None, source.path):
             return self._mark_stale(view, f"its source `{state.source}` was rebuilt since the view last read it")
-        if applied is not None and applied >= latest.version:
+        if applied >= latest.version:
             return ViewRefresh(state.name, "up to date", applied, applied)
-        start = -1 if applied is None else applied
-        commits = tables.commits_between(self.spark, source.path or "", start, latest.version)
+        commits = sorted((c for c in recent if c.version > applied), key=lambda c: c.version)
+        if len(commits) < latest.version - applied:  # further back than the recent history read
+            commits = tables.commits_between(self.spark, source.path or "", applied, latest.version)
         rewrites = [c for c in commits if c.rewrites_rows()]
         if rewrites:
             return self._mark_stale(view, f"rows of `{state.source}` were changed in place "
                                           f"({rewrites[0].describe()})")
-        batch = tables.read_changes(self.spark, source.state, source.path or "", commits)
+        batch = self._changes(source, commits)
         self._write_batch(view, batch, source_version=latest.version, source_path=source.path)
         self.on_step(f"view committed {state.name}")
         return ViewRefresh(state.name, "applied", applied, latest.version)
+
+    def _recent_commits(self, path: str) -> list[tables.Commit]:
+        """A table's newest commits (newest first), read once per refresh until the table is written."""
+        if not self._readers:  # not inside refresh(): always read afresh
+            return tables.history(self.spark, path, RECENT_COMMITS)
+        if path not in self._recent:
+            self._recent[path] = tables.history(self.spark, path, RECENT_COMMITS)
+        return self._recent[path]
+
+    def _changes(self, source: DeployedResource, commits: list[tables.Commit]) -> DataFrame:
+        """The rows `commits` added to `source`; cached for the refresh when other views read them too."""
+        key = (source.path or "", commits[0].version, commits[-1].version)
+        if key in self._batches:
+            return self._batches[key]
+        batch = tables.read_changes(self.spark, source.state, source.path or "", commits)
+        if self._readers[source.state.name] > 1:
+            self._batches[key] = batch = batch.persist()
+        return batch
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> None:
         self._register_lookups(view.state)
         batch.createOrReplaceTempView(BATCH_VIEW)
         tables.write_states(self.spark.sql(view.state.state_sql or ""), view.state, view.path or "", **watermark)
+        self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
 
     def _register_lookups(self, state: ResourceState) -> None:
         """The tables a view's query joins besides its trigger (DIMENSIONS) must be readable by name."""
@@ -236,6 +278,7 @@ class Materializer:
                 tables.remove_path(self.spark, path)  # a leftover of an abandoned rebuild
                 tables.create_table(self.spark, path, view.state)
                 run = self._new_run(view, "rebuilding", path, version, None, where, chunk_by, chunk_rows)
+                run["replaces_path"] = view.path  # removed after the swap, even by a resumed run
             target = DeployedResource(view.state, int(run["target_version"]), run["target_path"])
             record = self._run_chunks(view, target, run, record)
             self._apply_increment(target)  # what was appended to the source while the rebuild ran
@@ -244,8 +287,9 @@ class Materializer:
             self.warehouse.save_view_record(replace(record, backfill=None, stale_reason=None, error=None))
         finally:
             self.warehouse.release_lock(holder)
-        if view.path and view.path != target.path:
-            tables.remove_path(self.spark, view.path)
+        old = run.get("replaces_path") or view.path
+        if old and old != target.path:
+            tables.remove_path(self.spark, old)
         self.deployed = self.warehouse.deployed()
         results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
         for child in [v for v in self.views() if v.state.source == view.state.name]:
@@ -255,8 +299,8 @@ class Materializer:
     def populate(self, name: str, truncate: bool = False, where: str | None = None, chunk_by: str | None = None,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS) -> list[ViewRefresh]:
         """Backfill a view from its source. With `truncate`, a rebuild; without, the states of the source rows
-        up to the view's watermark (and matching `where`) are added to the live table. An interrupted run
-        of either kind resumes where it stopped."""
+        up to the version the view started from (and matching `where`) are added to the live table: the history
+        a view deployed with BACKFILL skip has not seen. An interrupted run of either kind resumes."""
         view = self.resolve(name)
         record = self.warehouse.view_record(view.state.name)
         if record.backfill:
@@ -266,8 +310,14 @@ class Materializer:
         elif truncate:
             return self.rebuild(name, where, chunk_by, chunk_rows, record)
         else:
-            watermark = tables.read_watermark(self.spark, view.path or "")
-            run = self._new_run(view, "backfilling", view.path or "", view.version, watermark.source_version,
+            start = tables.initial_watermark(self.spark, view.path or "")
+            if start.commit is not None and start.commit.metadata.get("backfill") != "skip" and not where:
+                raise PipeframeError(
+                    "PF706", f"`{view.state.name}` already holds every row of `{view.state.source}` up to version "
+                    f"{start.source_version}, where it started; adding them again would count them twice.",
+                    f"Rebuild it with `pipeframe populate {view.state.view_pipe or view.state.name} --truncate`, "
+                    "or add only rows you know are missing with --where.")
+            run = self._new_run(view, "backfilling", view.path or "", view.version, start.source_version,
                                 where, chunk_by, chunk_rows)
         self._run_chunks(view, view, run, record)
         self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), backfill=None))
@@ -325,7 +375,7 @@ class Materializer:
         if run["mode"] == "rebuilding":
             empty = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in target.state.columns))
             tables.write_states(empty, target.state, target.path or "", source_version=pinned,
-                                source_path=source.path)
+                                source_path=source.path, metadata={"backfill": "full"})
             self.on_step("watermark committed")
         return record
 
@@ -338,7 +388,8 @@ class Materializer:
             batch = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.state.columns))
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
-        self._write_batch(view, batch, source_version=pinned, source_path=source.path)
+        self._write_batch(view, batch, source_version=pinned, source_path=source.path,
+                          metadata={"backfill": view.state.backfill or "full"})
 
     # ---------------------------------------------------------------------------------- optimize
     def optimize(self, names: list[str] | None = None, retention_hours: float = 168.0) -> list[str]:
@@ -351,31 +402,41 @@ class Materializer:
             if state.kind == "view" and state.compact_sql:
                 self._compact(resource)
             apply_ttl(self.spark, resource)
-            zorder = ", ".join(f"`{k}`" for k in state.sorting_key) if state.partition_key and state.sorting_key \
-                else ""
+            # Delta refuses to Z-order by a partition column (a plain-column ENGINE_PARTITION_KEY, e.g. `day`).
+            partition = (state.partition_key or "").strip().strip("`")
+            zkeys = [k for k in state.sorting_key if k.strip("`") != partition]
+            zorder = ", ".join(f"`{k}`" for k in zkeys) if state.partition_key and zkeys else ""
             self.spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
             self._vacuum(path, retention_hours)
             done.append(state.name)
         return done
 
     def _compact(self, view: DeployedResource) -> None:
-        """Rewrite the state rows as one row per key. The view's watermark (a Delta txn) is untouched, and a
-        concurrent append makes this overwrite fail and retry rather than lose rows."""
-        table = quote_path(view.path or "")
-        for attempt in range(3):
-            version = tables.latest_commit(self.spark, view.path or "").version
-            compacted = self.spark.sql((view.state.compact_sql or "").replace(
-                "{table}", f"{table} VERSION AS OF {version}"))
-            columns = [f"CAST(`{n}` AS {t}) AS `{n}`" for n, t in view.state.columns]
-            try:
-                (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
-                 .option("userMetadata", _metadata({"view": view.state.name, "op": "compact"}))
-                 .save(view.path or ""))
-                self.on_step(f"compacted {view.state.name}")
-                return
-            except Exception as exc:
-                if "Concurrent" not in type(exc).__name__ + str(exc)[:300] or attempt == 2:
-                    raise
+        """Rewrite the state rows as one row per key, in one overwrite commit tagged as compaction.
+
+        The overwrite is computed from version V of the table but replaces the files of whatever version is
+        current when its transaction starts; state rows committed in between (a concurrent refresh) would be
+        dropped, so they are appended again right after, from the change feed. The view's watermark (a Delta
+        txn, and the userMetadata of its state commits) is untouched."""
+        path = view.path or ""
+        version = tables.latest_commit(self.spark, path).version
+        compacted = self.spark.sql((view.state.compact_sql or "").replace(
+            "{table}", f"{quote_path(path)} VERSION AS OF {version}"))
+        columns = [f"CAST(`{n}` AS {t}) AS `{n}`" for n, t in view.state.columns]
+        (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
+         .option("userMetadata", _metadata({"view": view.state.name, "op": "compact", "compacted": version}))
+         .save(path))
+        latest = tables.latest_commit(self.spark, path).version
+        commits = tables.commits_between(self.spark, path, version, latest)
+        mine = next((c for c in commits if c.metadata.get("op") == "compact" and c.metadata.get("compacted") == version),
+                    None)
+        if mine is None:  # Delta made no commit: the table was empty, nothing was rewritten
+            return
+        missed = [c for c in commits if c.version < mine.version and c.changes_data]
+        if missed:
+            rows = tables.read_changes(self.spark, view.state, path, missed)
+            tables.write_states(rows, view.state, path, metadata={"op": "compact", "restored": version})
+        self.on_step(f"compacted {view.state.name}")
 
     def _vacuum(self, path: str, retention_hours: float) -> None:
         check = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -383,7 +444,12 @@ class Materializer:
         if retention_hours < 168:
             self.spark.conf.set(check, "false")
         try:
-            self.spark.sql(f"VACUUM {quote_path(path)} RETAIN {float(retention_hours)} HOURS")
+            # LITE finds removable files from the log instead of listing the table folder (seconds, not
+            # tens of seconds); when the log no longer covers the last vacuum it refuses, and a full one runs.
+            try:
+                self.spark.sql(f"VACUUM {quote_path(path)} LITE RETAIN {float(retention_hours)} HOURS")
+            except Exception:  # noqa: BLE001
+                self.spark.sql(f"VACUUM {quote_path(path)} RETAIN {float(retention_hours)} HOURS")
         finally:
             self.spark.conf.set(check, previous or "true")
 

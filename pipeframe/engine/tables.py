@@ -23,6 +23,9 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # fewer rows, and retention (TTL) deletes old rows on purpose. Views downstream skip these commits.
 NEUTRAL_OPS = ("compact", "ttl")
 # Operations that rewrite or remove rows in place; any other operation only adds rows or changes metadata.
+# Operations that never add, change or remove rows.
+METADATA_OPS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS",
+                "CHANGE COLUMN", "CLUSTER BY", "UPGRADE PROTOCOL", "COMPUTE STATS", "CREATE TABLE"}
 REWRITING_OPS = {"WRITE": None, "DELETE": ("numDeletedRows",), "UPDATE": ("numUpdatedRows",),
                  "MERGE": ("numTargetRowsUpdated", "numTargetRowsDeleted"), "TRUNCATE": (), "RESTORE": (),
                  "REPLACE TABLE": (), "REPLACE TABLE AS SELECT": (), "CREATE OR REPLACE TABLE": (),
@@ -49,6 +52,11 @@ class Commit:
     @property
     def neutral(self) -> bool:
         return self.metadata.get("op") in NEUTRAL_OPS
+
+    @property
+    def changes_data(self) -> bool:
+        """False for commits a view has nothing to do with: maintenance, metadata, and neutral commits."""
+        return not self.neutral and self.operation not in METADATA_OPS
 
     def rewrites_rows(self) -> bool:
         """True when this commit updated or deleted rows in place (a view over the table can no longer
@@ -111,6 +119,15 @@ def read_watermark(spark: SparkSession, path: str) -> Watermark:
         if limit is None or len(commits) < limit:
             return Watermark(None)
         limit = limit * 10 if limit < 2000 else None
+
+
+def initial_watermark(spark: SparkSession, path: str) -> Watermark:
+    """The first watermark a view's table recorded: the source version it started from (its backfill, or
+    the version at its creation with BACKFILL skip)."""
+    for commit in sorted(history(spark, path), key=lambda c: c.version):
+        if "source_version" in commit.metadata:
+            return Watermark(int(commit.metadata["source_version"]), commit.metadata.get("source_path"), commit)
+    return Watermark(None)
 
 
 def read_changes(spark: SparkSession, source: ResourceState, path: str, commits: Iterable[Commit]) -> DataFrame:

@@ -297,8 +297,8 @@ def new_deployment_id() -> str:
 def _busy(row) -> PipeframeError:
     who = f" (pid {row['pid']} on {row['host']}, since {row['acquired_at']:%Y-%m-%d %H:%M:%S} UTC)" \
         if row is not None and row["acquired_at"] else ""
-    return PipeframeError("PF602", f"Another deploy is running on this warehouse{who}.",
-                          "Wait for it to finish and run deploy again; deploys are serialized.")
+    return PipeframeError("PF602", f"Another deploy or view rebuild is running on this warehouse{who}.",
+                          "Wait for it to finish and run the command again; deploys and rebuilds are serialized.")
 
 
 def _sql_string(value: str) -> str:

@@ -233,7 +233,7 @@ def test_concurrent_deploys_one_wins_the_other_fails_clearly(spark, project_dir,
     codes = sorted(code for code, _ in outputs)
     assert codes == [0, 1], outputs
     loser = next(text for code, text in outputs if code == 1)
-    assert "PF602" in loser and "Another deploy is running" in loser
+    assert "PF602" in loser and "Another deploy" in loser and "is running" in loser
     p = project(project_dir, spark)
     assert not p.plan().has_changes
     assert [d.result for d in p.history()] == ["succeeded"]

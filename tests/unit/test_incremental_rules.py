@@ -99,6 +99,18 @@ def test_plain_aggregates_are_rewritten_to_states(make_project):
     assert any("avg_ticket" in r for r in view.verdict.rewrites)
 
 
+def test_plain_clickhouse_aggregates_are_states_too(make_project):
+    report, view = check(make_project, "SELECT product, uniq(order_id) AS buyers, uniqExact(order_id) AS orders,\n"
+                         "  quantile(0.9)(amount) AS p90, argMax(order_id, ts) AS last_order\nFROM sales\n"
+                         "GROUP BY product")
+    assert report.ok, [d.format() for d in report.diagnostics]
+    states = {c.name: (c.state, c.type) for c in view.plan.columns}
+    assert states["buyers"] == ("uniq", "BINARY")
+    assert states["orders"][0] == "uniq_exact" and states["orders"][1].startswith("ARRAY<")
+    assert states["p90"] == ("quantiles", "BINARY")  # ClickHouse's quantile is approximate: a KLL sketch
+    assert states["last_order"][0] == "arg_max"
+
+
 def test_count_distinct_opt_in_rewrites(make_project):
     sql = "SELECT product, count(DISTINCT order_id) AS orders\nFROM sales\nGROUP BY product"
     report, view = check(make_project, sql, extra="COUNT_DISTINCT exact\n")

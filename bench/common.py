@@ -1,0 +1,26 @@
+"""What every benchmark script reports: min / median / max over repeats, ratios of paired runs, one JSON."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+
+def summary(values: list[float]) -> dict:
+    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3),
+            "max": round(max(values), 3), "runs": [round(v, 3) for v in values]}
+
+
+def ratio(slow: list[float], fast: list[float]) -> dict:
+    """slow[i] / fast[i] for runs measured side by side, as min / median / max."""
+    pairs = [s / f for s, f in zip(slow, fast, strict=True)]
+    return {"min": round(min(pairs), 2), "median": round(statistics.median(pairs), 2), "max": round(max(pairs), 2)}
+
+
+def emit(results: dict, path: Path | None) -> None:
+    """Print the results as JSON, and write them to `path` too when given."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if path is not None:
+        path.write_text(text)

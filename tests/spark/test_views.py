@@ -1,0 +1,193 @@
+"""Ingest and the view lifecycle on real Spark + Delta: quarantine, pause/resume with lag, errors and recover,
+rows written by other jobs, in-place changes (stale), optimize, populate and replace/delete."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeframe.errors import PipeframeError
+from pipeframe.project import Project
+from tests.conftest import DAILY, EVENTS, HOURLY
+
+EVENTS_JSON = EVENTS.replace("`user_id` STRING,", "`user_id` STRING `json:$.user.id`,").replace(
+    "`amount` INT", "`amount` INT DEFAULT 1")
+HOURLY_TRUTH = ("SELECT date_trunc('hour', ts) AS hour, count(*) AS n, sum(amount) AS total FROM events GROUP BY 1 "
+                "ORDER BY 1")
+DAILY_TRUTH = "SELECT date_trunc('day', ts) AS day, count(*) AS n FROM events GROUP BY 1 ORDER BY 1"
+
+
+@pytest.fixture
+def project(spark, spark_config, request) -> Project:
+    root = Path(spark_config.root) / "views" / request.node.name
+    shutil.rmtree(root, ignore_errors=True)
+    for rel, text in {"datasources/events.datasource": EVENTS_JSON, "pipes/hourly.pipe": HOURLY,
+                      "pipes/daily.pipe": DAILY}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "pipeframe.yaml").write_text("name: viewtest\n")
+    p = Project(root, spark=spark, environ={})
+    p.deploy()
+    return p
+
+
+def events(*rows: tuple[str, str, int | None]) -> list[dict]:
+    return [{"ts": ts, "user": {"id": user}, **({} if amount is None else {"amount": amount})}
+            for ts, user, amount in rows]
+
+
+def rows(p: Project, sql: str) -> list[tuple]:
+    return [tuple(r) for r in p.query(sql).collect()]
+
+
+def assert_views_match_raw(p: Project) -> None:
+    assert rows(p, "SELECT hour, n, total FROM hourly ORDER BY 1") == rows(p, HOURLY_TRUTH)
+    assert rows(p, "SELECT day, n FROM daily ORDER BY 1") == rows(p, DAILY_TRUTH)
+
+
+def test_a_file_mixing_good_and_bad_rows(project, tmp_path):
+    file = tmp_path / "mixed.ndjson"
+    file.write_text("\n".join([
+        json.dumps({"ts": "2024-05-01 10:00:00", "user": {"id": "a"}, "amount": 5}),
+        json.dumps({"ts": "yesterday", "user": {"id": "b"}, "amount": 1}),
+        json.dumps({"ts": "2024-05-01 10:30:00", "user": {"id": "c"}}),  # amount missing: DEFAULT 1
+        "{not json",
+        json.dumps({"ts": "2024-05-01 11:00:00", "user": {"id": "d"}, "amount": "lots"}),
+        "",
+    ]))
+    result = project.append("events", str(file))
+    assert (result.accepted, result.quarantined) == (2, 3)
+    assert rows(project, "SELECT user_id, amount FROM events ORDER BY 1") == [("a", 5), ("c", 1)]
+    quarantine = dict(rows(project, "SELECT raw, reason FROM events_quarantine"))
+    assert quarantine[json.dumps({"ts": "yesterday", "user": {"id": "b"}, "amount": 1})] == \
+        'column `ts`: cannot read "yesterday" as TIMESTAMP'
+    assert quarantine["{not json"] == "line is not valid JSON"
+    assert any("column `amount`: cannot read \"lots\" as INT" == reason for reason in quarantine.values())
+    assert [v.outcome for v in result.views] == ["applied", "applied"]
+    assert rows(project, "SELECT n, total FROM hourly") == [(2, 6)]
+
+
+def test_csv_and_dataframe_input_use_column_names(project, tmp_path):
+    csv = tmp_path / "events.csv"
+    csv.write_text("ts,user_id,amount\n2024-05-01 10:00:00,a,2\n2024-05-01 10:05:00,b,x\n2024-05-01 10:06:00,c\n")
+    result = project.append("events", str(csv))
+    assert (result.accepted, result.quarantined) == (1, 2)
+    reasons = sorted(r[0] for r in rows(project, "SELECT reason FROM events_quarantine"))
+    assert reasons == ["column `amount`: cannot read \"x\" as INT", "row does not have the header's columns"]
+    frame = project.spark.createDataFrame([("2024-05-01 12:00:00", "z", 7)], "ts STRING, user_id STRING, amount INT")
+    assert project.append("events", frame).accepted == 1
+    assert_views_match_raw(project)
+
+
+def test_paused_view_shows_lag_and_catches_up_on_resume(project):
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
+    project.pause("hourly")
+    result = project.append("events", events(("2024-05-01 10:10:00", "b", 2), ("2024-05-02 09:00:00", "c", 3)))
+    assert {v.view: v.outcome for v in result.views} == {"hourly": "paused", "daily": "up to date"}
+    [status] = project.status("hourly")
+    assert (status.status, status.lag_versions, status.applied_version) == ("paused", 1, status.source_version - 1)
+    assert status.lag_seconds is not None and status.lag_seconds >= 0
+    assert rows(project, "SELECT n FROM hourly") == [(1,)]  # paused: still the old answer
+    outcomes = {v.view: v.outcome for v in project.resume("hourly")}
+    assert outcomes == {"hourly": "applied", "daily": "applied"}
+    assert_views_match_raw(project)
+    assert project.status("hourly")[0].status == "active" and project.status("hourly")[0].lag_versions == 0
+
+
+def test_a_failing_view_shows_the_error_and_recover_brings_it_back(project):
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
+    hourly_path = project.warehouse.deployed()["datasource:hourly"].path
+    shutil.rmtree(hourly_path)  # someone deleted the view's files
+    result = project.append("events", events(("2024-05-01 11:00:00", "b", 2)))
+    assert {v.view: v.outcome for v in result.views}["hourly"] == "error"
+    [status] = project.status("hourly")
+    assert status.status == "error" and status.reason == project.warehouse.view_record("hourly").error
+    assert "hourly/v1" in status.reason
+    # An errored view is left alone until recovered, even by the next ingest.
+    again = project.append("events", events(("2024-05-01 12:00:00", "c", 3)))
+    assert {v.view: v.outcome for v in again.views}["hourly"] == "error"
+    outcomes = [v.outcome for v in project.recover("hourly")]
+    assert outcomes[0] == "rebuilt"
+    assert_views_match_raw(project)
+    assert project.status("hourly")[0].status == "active"
+
+
+def test_refresh_picks_up_rows_from_other_jobs_and_in_place_changes_make_views_stale(project):
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
+    path = project.warehouse.deployed()["datasource:events"].path
+    other_job = project.spark.createDataFrame([("2024-05-01 10:30:00", "x", 4)], "ts STRING, user_id STRING, amount INT")
+    other_job.selectExpr("CAST(ts AS TIMESTAMP) ts", "user_id", "amount").write.format("delta").mode("append").save(path)
+    assert [v.outcome for v in project.refresh()] == ["applied", "applied"]
+    assert [v.outcome for v in project.refresh()] == ["up to date", "up to date"]  # nothing counted twice
+    assert_views_match_raw(project)
+
+    project.spark.sql(f"UPDATE delta.`{path}` SET amount = 100 WHERE user_id = 'x'")
+    results = {v.view: v for v in project.refresh()}
+    assert results["hourly"].outcome == "stale" and "UPDATE at version" in (results["hourly"].message or "")
+    assert project.status("hourly")[0].status == "stale"
+    assert [v.outcome for v in project.refresh("hourly", full=True)] == ["rebuilt", "rebuilt"]
+    assert_views_match_raw(project)
+    assert project.status("hourly")[0].status == "active"
+
+
+def test_optimize_compacts_states_to_one_row_per_key_with_identical_results(project):
+    for minute in range(3):
+        project.append("events", events((f"2024-05-01 10:0{minute}:00", "a", minute), ("2024-05-02 10:00:00", "b", 1)))
+    hourly_path = project.warehouse.deployed()["datasource:hourly"].path
+    state_rows = project.spark.read.format("delta").load(hourly_path).count()
+    assert state_rows == 6
+    before = rows(project, "SELECT hour, n, total FROM hourly ORDER BY 1")
+    project.optimize()
+    assert project.spark.read.format("delta").load(hourly_path).count() == 2
+    assert rows(project, "SELECT hour, n, total FROM hourly ORDER BY 1") == before
+    # The compaction is invisible downstream: daily neither double counts nor goes stale.
+    project.append("events", events(("2024-05-01 23:00:00", "c", 1)))
+    assert [v.outcome for v in project.refresh()] == ["up to date", "up to date"]
+    assert_views_match_raw(project)
+
+
+def test_populate_fills_a_view_deployed_with_backfill_skip(spark, spark_config):
+    root = Path(spark_config.root) / "views" / "backfill_skip"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "datasources").mkdir(parents=True)
+    (root / "pipes").mkdir()
+    (root / "datasources/events.datasource").write_text(EVENTS_JSON)
+    p = Project(root, spark=spark, environ={})
+    p.deploy()
+    p.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-03 10:00:00", "b", 2)))
+    (root / "pipes/hourly.pipe").write_text(HOURLY)
+    (root / "datasources/hourly.datasource").write_text(
+        "SCHEMA >\n    `hour` TIMESTAMP,\n    `n` BIGINT,\n    `total` BIGINT\nBACKFILL skip\n")
+    p = Project(root, spark=spark, environ={})
+    p.deploy()
+    p.append("events", events(("2024-05-01 10:30:00", "c", 3)))
+    assert rows(p, "SELECT n FROM hourly") == [(1,)]  # only what arrived after the deploy
+    p.populate("hourly", chunk_by="ts", chunk_rows=1)  # the history before the deploy, in chunks
+    assert rows(p, "SELECT hour, n, total FROM hourly ORDER BY 1") == rows(p, HOURLY_TRUTH)
+    with pytest.raises(PipeframeError, match="PF705"):
+        p.populate("hourly", truncate=True, chunk_by="nope", chunk_rows=1)
+
+
+def test_populate_refuses_to_count_a_fully_backfilled_view_twice(project):
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
+    with pytest.raises(PipeframeError, match="PF706"):
+        project.populate("hourly")
+    project.populate("hourly", truncate=True)
+    assert_views_match_raw(project)
+
+
+def test_replace_and_delete_rebuild_the_views(project):
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-02 10:00:00", "b", 2)))
+    deleted, views = project.delete("events", "user_id = 'a'")
+    assert deleted == 1 and {v.outcome for v in views} == {"rebuilt"}
+    assert_views_match_raw(project)
+    result = project.replace("events", events(("2024-05-05 10:00:00", "z", 9)))
+    assert result.accepted == 1
+    assert rows(project, "SELECT user_id FROM events") == [("z",)]
+    assert_views_match_raw(project)
+    with pytest.raises(PipeframeError, match="PF713"):
+        project.replace("events", events(("2024-05-06 10:00:00", "y", 1)), where="user_id = 'z'")
+    assert rows(project, "SELECT user_id FROM events") == [("z",)]  # nothing replaced
