@@ -19,7 +19,7 @@ def pipeframe(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_deploy_check_then_deploy_then_nothing_to_do(tmp_path):
     project = tmp_path / "starter"
-    shutil.copytree(ROOT / "templates", project)
+    shutil.copytree(ROOT / "pipeframe" / "templates", project)
     check = pipeframe("deploy", "--check", "--json", cwd=project)
     assert check.returncode == 2, check.stdout + check.stderr
     planned = json.loads(check.stdout)

@@ -198,7 +198,7 @@ def test_starter_template_and_example_project_check_clean():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    for folder in ("templates", "example_project"):
+    for folder in ("pipeframe/templates", "example_project"):
         report = Project(root / folder).check()
         assert report.ok and not report.warnings, [d.format() for d in report.diagnostics]
         assert all(v.verdict.status != "rejected" for v in report.project.views)

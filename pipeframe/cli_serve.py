@@ -1,0 +1,72 @@
+"""`pipeframe serve`: the HTTP API over the deployed project (a thin client of `pipeframe.server`)."""
+
+from __future__ import annotations
+
+import click
+
+from pipeframe.cli import ENV_OPTION, PROJECT_OPTION, _project, main, run
+from pipeframe.errors import PipeframeError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on (0.0.0.0 for every interface).")
+@click.option("--port", default=7181, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0 picks a free one).")
+@PROJECT_OPTION
+@ENV_OPTION
+def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
+    """Serve the deployed project over HTTP until Ctrl-C.
+
+    Endpoints answer as in Tinybird (GET /v0/pipes/NAME.json|.csv|.ndjson?param=...), events land with
+    POST /v0/events?name=DATASOURCE (NDJSON, like `pipeframe append`), views are managed under /v0/views, and
+    /docs shows the OpenAPI document. Tokens from pipeframe.yaml `tokens:` are enforced when there are any.
+    The project must be deployed first (`pipeframe deploy`).
+
+    \b
+    Examples:
+      pipeframe serve -p example_project
+      curl 'http://127.0.0.1:7181/v0/pipes/top_products.json?limit=3'
+      curl --data-binary @sales.ndjson 'http://127.0.0.1:7181/v0/events?name=sales'
+    """
+
+    def body() -> int:
+        from pipeframe.copy import CopyScheduler, schedules
+        from pipeframe.server import RunningServer, Service, serve_forever
+
+        project = _project(project_dir, env)
+        project.require_valid()
+        if not project.warehouse.deployed():
+            raise PipeframeError("PF818", f"Nothing is deployed in {project.config.warehouse_uri}.",
+                                 "Run `pipeframe deploy` first (and `pipeframe append --fixtures` for sample rows).")
+        pending = project.plan().pending
+        if pending:
+            click.secho(f"warning: {len(pending)} change(s) in the files are not deployed; endpoints whose SQL "
+                        "changed answer 409 until `pipeframe deploy`.", fg="yellow")
+        service = Service(project, jobs=[CopyScheduler()])  # COPY_SCHEDULE crons run while serving
+
+        def ready(running: RunningServer) -> None:
+            names = service.current.endpoints.names
+            click.secho(f"Serving {project.config.name} on {running.url} (Ctrl-C to stop)", fg="green", bold=True)
+            for name in names[:5]:
+                click.echo(f"  GET {running.url}/v0/pipes/{name}.json")
+            if len(names) > 5:
+                click.echo(f"  ... {len(names) - 5} more at {running.url}/v0/pipes")
+            click.echo(f"  docs: {running.url}/docs")
+            for pipe, cron in sorted(schedules(project).items()):
+                click.echo(f"  copy {pipe}: scheduled `{cron}` (UTC)")
+            if service.tokens_enforced:
+                click.echo(f"  tokens: enforced ({len(project.config.tokens)} configured)")
+            elif host not in LOOPBACK:
+                click.secho(f"  warning: no tokens configured and listening on {host}: every route is open to the "
+                            "network (set `tokens:` in pipeframe.yaml).", fg="yellow")
+            else:
+                click.echo("  tokens: none configured, every route is open (local dev)")
+
+        serve_forever(service, host, port, on_ready=ready)
+        click.echo("stopped")
+        return 0
+
+    run(body)

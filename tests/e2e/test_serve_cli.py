@@ -1,0 +1,60 @@
+"""`pipeframe serve` as a user runs it: refused before a deploy, then serving the example project until terminated."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.e2e.test_deploy_cli import ROOT, pipeframe
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_serve_needs_a_deploy_then_answers_the_example_endpoints(tmp_path):
+    project = tmp_path / "shop"
+    shutil.copytree(ROOT / "example_project", project, ignore=shutil.ignore_patterns(".pipeframe"))
+    refused = pipeframe("serve", "--port", str(free_port()), cwd=project)
+    assert refused.returncode == 1 and "PF818" in refused.stdout and "pipeframe deploy" in refused.stdout
+    assert "Traceback" not in refused.stdout + refused.stderr
+    for step in (("deploy", "--yes"), ("append", "--fixtures")):
+        done = pipeframe(*step, cwd=project)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEFRAME_")}
+    server = subprocess.Popen([sys.executable, "-m", "pipeframe.cli", "serve", "--port", str(port)], cwd=project,
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    url = f"http://127.0.0.1:{port}/v0/pipes/top_products.json"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                answer = httpx.get(url, params={"limit": 3}, timeout=120)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.communicate()
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(1)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["rows"] == 3 and [m["name"] for m in body["meta"]] == ["product", "orders", "revenue", "currency"]
+        assert {row["currency"] for row in body["data"]} == {"EUR"}
+        bad = httpx.get(url, params={"limit": "three"}, timeout=120)
+        assert bad.status_code == 400 and bad.json()["parameter"] == "limit"
+    finally:
+        server.terminate()
+        out, err = server.communicate(timeout=120)
+    assert server.returncode == 0, out + err
+    assert f"Serving shop on http://127.0.0.1:{port}" in out and "stopped" in out
+    assert "Traceback" not in out + err

@@ -1,0 +1,454 @@
+"""The HTTP API on a real uvicorn server over real Spark + Delta: endpoint formats, typed-parameter validation,
+tokens, SQL-injection payloads in every parameter type, OpenAPI, the Events API and the views API.
+
+One deployed project (fixtures loaded) and one server serve the whole module; the tests run in file order and
+the later ones (events, pause/resume, delete) change its rows, so each asserts relative to what it read first.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pipeframe.project import Project
+from pipeframe.server import RunningServer, Service, start_server
+from tests.conftest import write_project
+
+EVENTS = """\
+DESCRIPTION >
+    Shop events, one per order line
+TOKEN "ingest" APPEND
+SCHEMA >
+    `ts` TIMESTAMP `json:$.ts`,
+    `user_id` STRING `json:$.user`,
+    `product` STRING `json:$.product`,
+    `amount` DOUBLE `json:$.amount` DEFAULT 0,
+    `quantity` INT `json:$.quantity`,
+    `paid` BOOLEAN `json:$.paid`
+"""
+HOURLY = """\
+NODE hourly
+SQL >
+    SELECT date_trunc('hour', ts) AS hour, product, count(*) AS orders, sum(amount) AS revenue
+    FROM events
+    GROUP BY 1, 2
+TYPE materialized
+DATASOURCE hourly
+"""
+DAILY = """\
+NODE daily
+SQL >
+    SELECT date_trunc('day', hour) AS day, product, sum(orders) AS orders, sum(revenue) AS revenue
+    FROM hourly
+    GROUP BY 1, 2
+TYPE materialized
+DATASOURCE daily
+"""
+SEARCH = """\
+TOKEN "reader" READ
+DESCRIPTION >
+    Raw events filtered by a parameter of every type
+NODE endpoint
+SQL >
+    %
+    SELECT user_id, product, amount, quantity, paid, ts
+    FROM events
+    WHERE amount >= {{ Float(min_amount, 0.0, description="Smallest amount") }}
+      AND quantity <= {{ Int(max_quantity, 1000, description="Largest quantity") }}
+      AND to_date(ts) >= {{ Date(since, '2024-01-01', description="First day") }}
+      AND ts < {{ DateTime(before, '2030-01-01 00:00:00', description="Only events before this time") }}
+    {% if defined(paid) %}
+      AND paid = {{ Boolean(paid, description="Paid or not") }}
+    {% end %}
+    {% if defined(user) %}
+      AND user_id = {{ String(user, description="Only this user") }}
+    {% end %}
+    {% if defined(products) %}
+      AND product IN {{ Array(products, 'String', description="Only these products") }}
+    {% end %}
+    {% if defined(quantities) %}
+      AND quantity IN {{ Array(quantities, 'Int', description="Only these quantities") }}
+    {% end %}
+    ORDER BY ts, user_id
+    LIMIT {{ Int(limit, 100, description="Maximum number of rows") }}
+TYPE endpoint
+"""
+TOP = """\
+TOKEN "reader" READ
+TOKEN "dashboard" READ
+DESCRIPTION >
+    Products by revenue, read from the hourly view
+NODE endpoint
+SQL >
+    %
+    SELECT product, sum(orders) AS orders, round(sum(revenue), 2) AS revenue,
+           {{ String(currency, 'EUR', enum=['EUR', 'USD'], description="Currency label") }} AS currency
+    FROM hourly
+    GROUP BY product
+    ORDER BY {{ column(sort, 'revenue') }} DESC, product
+    LIMIT {{ Int(limit, 10, description="Maximum number of products") }}
+TYPE endpoint
+"""
+PRODUCT_DAYS = """\
+TOKEN "dashboard" READ
+DESCRIPTION >
+    Daily orders and revenue of one product, read from the daily view
+NODE endpoint
+SQL >
+    %
+    SELECT day, orders, revenue FROM daily
+    WHERE product = {{ String(product, required=True, description="The product") }}
+    ORDER BY day
+TYPE endpoint
+"""
+BOOM = """\
+DESCRIPTION >
+    Fails at run time when d is 0 (ANSI division by zero)
+NODE endpoint
+SQL >
+    %
+    SELECT 1 / {{ Int(d, 1) }} AS x
+TYPE endpoint
+"""
+FIXTURE = [
+    {"ts": "2024-05-01 10:00:00", "user": "u1", "product": "mug", "amount": 12.5, "quantity": 1, "paid": True},
+    {"ts": "2024-05-01 10:20:00", "user": "u2", "product": "tea", "amount": 4.0, "quantity": 3, "paid": False},
+    {"ts": "2024-05-01 11:05:00", "user": "u1", "product": "pot", "amount": 30.0, "quantity": 1, "paid": True},
+    {"ts": "2024-05-02 09:00:00", "user": "u3", "product": "mug", "amount": 12.5, "quantity": 2, "paid": True},
+    {"ts": "2024-05-02 09:30:00", "user": "u4", "product": "tea", "amount": 8.0, "quantity": 6, "paid": True},
+    {"ts": "2024-05-02 15:45:00", "user": "u2", "product": "pot", "amount": 28.0, "quantity": 1, "paid": False},
+]
+SECRETS = {"reader": "r-secret-1", "ingest": "i-secret-2", "dashboard": "d-secret-3", "admin": "a-secret-4"}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {SECRETS[token]}"}
+
+
+READER, INGEST, DASHBOARD, ADMIN = (bearer(t) for t in ("reader", "ingest", "dashboard", "admin"))
+
+
+@pytest.fixture(scope="module")
+def project(spark, spark_config) -> Project:
+    root = Path(spark_config.root) / "server"
+    shutil.rmtree(root, ignore_errors=True)
+    write_project(root, {
+        "datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY, "pipes/daily.pipe": DAILY,
+        "pipes/search.pipe": SEARCH, "pipes/top.pipe": TOP, "pipes/product_days.pipe": PRODUCT_DAYS,
+        "pipes/boom.pipe": BOOM,
+        "fixtures/events.ndjson": "".join(json.dumps(row) + "\n" for row in FIXTURE),
+    })
+    tokens = "tokens:\n" + "".join(f"  {name}: {secret}\n" for name, secret in SECRETS.items())
+    (root / "pipeframe.yaml").write_text((Path(spark_config.root) / "pipeframe.yaml").read_text() + tokens)
+    p = Project(root, spark=spark, environ={})
+    p.deploy()
+    p.load_fixtures()
+    return p
+
+
+@pytest.fixture(scope="module")
+def server(project: Project) -> Iterator[RunningServer]:
+    running = start_server(Service(project), port=0)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=300) as client:
+        yield client
+
+
+def count(project: Project, table: str) -> int:
+    return project.query(f"SELECT count(*) FROM {table}").first()[0]
+
+
+def tables(project: Project) -> dict[str, tuple[int, int]]:
+    """Every deployed table's row count and latest Delta version."""
+    found = {}
+    for resource in project.warehouse.deployed().values():
+        if resource.path:
+            history = project.spark.sql(f"DESCRIBE HISTORY delta.`{resource.path}` LIMIT 1").first()
+            rows = project.spark.read.format("delta").load(resource.path).count()
+            found[resource.state.name] = (rows, history["version"])
+    return found
+
+
+def revenue_by_product(http: httpx.Client) -> dict[str, float]:
+    answer = http.get("/v0/pipes/top.json", headers=READER)
+    assert answer.status_code == 200, answer.text
+    return {row["product"]: row["revenue"] for row in answer.json()["data"]}
+
+
+def post_events(http: httpx.Client, rows: list, headers: dict = INGEST, name: str = "events") -> httpx.Response:
+    body = "\n".join(row if isinstance(row, str) else json.dumps(row) for row in rows) + "\n"
+    return http.post("/v0/events", params={"name": name}, content=body.encode(), headers=headers)
+
+
+def assert_error(answer: httpx.Response, status: int, code: str, parameter: str | None = None) -> dict:
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert body["code"] == code and body["error"] and "Traceback" not in answer.text
+    if parameter is not None:
+        assert body["parameter"] == parameter, body
+    return body
+
+
+# ------------------------------------------------------------------------------------------ endpoints
+def test_json_csv_and_ndjson_answer_the_same_rows_as_project_endpoint(http, project):
+    params = {"limit": "2", "currency": "USD"}
+    answer = http.get("/v0/pipes/top.json", params=params, headers=READER)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    expected = project.endpoint("top", **params)
+    assert set(body) == {"meta", "data", "rows", "statistics"}
+    assert body["data"] == expected.data and body["meta"] == expected.to_json()["meta"] and body["rows"] == 2
+    assert [m["name"] for m in body["meta"]] == ["product", "orders", "revenue", "currency"]
+    assert body["data"][0] == {"product": "pot", "orders": 2, "revenue": 58.0, "currency": "USD"}
+    assert set(body["statistics"]) == {"elapsed", "rows_read", "bytes_read"}
+
+    as_csv = http.get("/v0/pipes/top.csv", params=params, headers=READER)
+    assert as_csv.status_code == 200 and as_csv.headers["content-type"].startswith("text/csv")
+    header, *rows = list(csv.reader(io.StringIO(as_csv.text)))
+    assert header == expected.columns
+    assert rows == [[str(row[c]) for c in expected.columns] for row in expected.data]
+
+    as_ndjson = http.get("/v0/pipes/top.ndjson", params=params, headers=READER)
+    assert as_ndjson.headers["content-type"].startswith("application/x-ndjson")
+    assert [json.loads(line) for line in as_ndjson.text.splitlines()] == expected.data
+
+    assert_error(http.get("/v0/pipes/top", headers=READER), 404, "PF814")
+    assert_error(http.get("/v0/pipes/nope.json", headers=ADMIN), 404, "PF801")
+    assert_error(http.post("/v0/pipes/top.json", headers=READER), 405, "PF814")
+
+
+def test_a_query_failing_in_spark_is_a_json_500_naming_the_pipe(http):
+    assert http.get("/v0/pipes/boom.json", headers=ADMIN).json()["data"] == [{"x": 1.0}]
+    failed = http.get("/v0/pipes/boom.json", params={"d": "0"}, headers=ADMIN)
+    body = assert_error(failed, 500, "PF807")
+    assert "`boom`" in body["error"] and "DIVIDE_BY_ZERO" in body["error"]
+    assert "py4j" not in failed.text.lower() and "Traceback" not in failed.text
+    assert http.get("/v0/pipes/boom.json", headers=ADMIN).status_code == 200  # the server keeps serving
+    assert "pipes/boom.pipe" in body["hint"]
+
+
+def test_typed_parameters_are_validated_and_defaulted(http, project):
+    def search(headers: dict = READER, **params) -> httpx.Response:
+        return http.get("/v0/pipes/search.json", params=params, headers=headers)
+
+    for name, value, expected_type in [("limit", "ten", "Int"), ("max_quantity", "2.5", "Int"),
+                                       ("min_amount", "cheap", "Float"), ("paid", "maybe", "Boolean"),
+                                       ("since", "yesterday", "Date"), ("before", "2024-13-45", "DateTime"),
+                                       ("quantities", "1,two", "Int")]:
+        body = assert_error(search(**{name: value}), 400, "PF202", name)
+        assert f"`{name}`" in body["error"] and expected_type in body["error"], body
+
+    # Defaults: every event, up to 100 rows; the view-backed endpoint in EUR, at most 10 products.
+    assert search().json()["rows"] == count(project, "events")
+    top = http.get("/v0/pipes/top.json", headers=READER).json()["data"]
+    assert {row["currency"] for row in top} == {"EUR"} and len(top) == 3
+    assert [r["product"] for r in search(products="mug,tea", paid="true").json()["data"]] == ["mug", "mug", "tea"]
+    repeated = http.get("/v0/pipes/search.json?quantities=1&quantities=2", headers=READER).json()["data"]
+    assert sorted({r["quantity"] for r in repeated}) == [1, 2]
+
+    body = assert_error(http.get("/v0/pipes/top.json", params={"currency": "GBP"}, headers=READER), 400,
+                        "PF202", "currency")
+    assert "EUR" in body["error"] and "USD" in body["error"]
+    body = assert_error(http.get("/v0/pipes/product_days.json", headers=DASHBOARD), 400, "PF202", "product")
+    assert "required" in body["error"]
+    days = http.get("/v0/pipes/product_days.json", params={"product": "mug"}, headers=DASHBOARD).json()
+    assert [(r["day"], r["orders"]) for r in days["data"]] == [("2024-05-01 00:00:00", 1), ("2024-05-02 00:00:00", 1)]
+
+
+def test_tokens_are_enforced_per_pipe_and_scope(http, caplog):
+    assert_error(http.get("/v0/pipes/search.json"), 401, "PF811")
+    assert_error(http.get("/v0/pipes/search.json", headers={"Authorization": "Bearer guess"}), 401, "PF812")
+    assert_error(http.get("/v0/pipes/search.json", params={"token": "guess"}), 401, "PF812")
+    body = assert_error(http.get("/v0/pipes/search.json", headers=DASHBOARD), 403, "PF813")
+    assert "dashboard" in body["error"] and "search" in body["error"] and SECRETS["dashboard"] not in body["error"]
+    assert http.get("/v0/pipes/search.json", headers=READER).status_code == 200
+    assert http.get("/v0/pipes/search.json", params={"token": SECRETS["reader"]}).status_code == 200
+    assert access_log_line(caplog, "/v0/pipes/search.json?token=") == "/v0/pipes/search.json?token=***"
+    assert http.get("/v0/pipes/search.json", headers=ADMIN).status_code == 200
+    assert http.get("/v0/pipes/top.json", headers=DASHBOARD).status_code == 200
+
+    assert_error(post_events(http, [FIXTURE[0]], headers={}), 401, "PF811")
+    assert_error(post_events(http, [FIXTURE[0]], headers=READER), 403, "PF813")
+    assert_error(http.get("/v0/views"), 401, "PF811")
+    assert_error(http.get("/v0/views", headers=INGEST), 403, "PF813")
+    assert_error(http.delete("/v0/views/hourly", params={"force": "true"}, headers=READER), 403, "PF813")
+    assert http.get("/v0/views", headers=ADMIN).status_code == 200
+
+    listed = http.get("/v0/pipes", headers=DASHBOARD).json()["pipes"]
+    assert sorted(p["name"] for p in listed) == ["product_days", "top"]
+    assert_error(http.get("/v0/pipes"), 401, "PF811")
+
+
+def access_log_line(caplog, start: str) -> str:
+    """The path of the first access-log line whose path starts with `start` (written just after the answer)."""
+    for _ in range(100):
+        paths = [r.args[2] for r in caplog.records if r.name == "uvicorn.access" and str(r.args[2]).startswith(start)]
+        if paths:
+            return paths[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no access-log line for {start}")
+
+
+def test_sql_injection_payloads_are_rejected_or_inert(http, project):
+    before = tables(project)
+    rejected = [
+        ("max_quantity", "1 OR 1=1"), ("max_quantity", "1; DROP TABLE events"), ("limit", "1 UNION SELECT 1"),
+        ("min_amount", "0 OR 1=1"), ("min_amount", "0) OR (1=1"), ("paid", "true OR 1=1"),
+        ("paid", "false' OR '1'='1"), ("since", "2024-01-01' OR '1'='1"), ("since", "2024-01-01) OR (1=1"),
+        ("before", "2030-01-01 00:00:00' OR '1'='1"), ("before", "2030-01-01 00:00:00; DELETE FROM events"),
+        ("quantities", "1) OR (1=1"), ("quantities", "1,2); DROP TABLE events; --"),
+    ]
+    for name, payload in rejected:
+        assert_error(http.get("/v0/pipes/search.json", params={name: payload}, headers=READER), 400, "PF202", name)
+    assert_error(http.get("/v0/pipes/top.json", params={"sort": "revenue; DROP TABLE events"}, headers=READER),
+                 400, "PF203", "sort")
+    assert_error(http.get("/v0/pipes/top.json", params={"currency": "EUR' OR '1'='1"}, headers=READER),
+                 400, "PF202", "currency")
+
+    inert = [
+        ("user", "u1' OR '1'='1"), ("user", "'; DROP TABLE events; --"), ("user", "u1\\' OR 1=1 --"),
+        ("user", "u1\" OR \"1\"=\"1"), ("user", "u1` OR 1=1 --"), ("user", "u1'/**/OR/**/'1'='1"),
+        ("products", "mug') OR ('1'='1"), ("products", "x' OR 'a'='a"), ("products", "tea'; DELETE FROM events; --"),
+    ]
+    for name, payload in inert:
+        answer = http.get("/v0/pipes/search.json", params={name: payload}, headers=READER)
+        assert answer.status_code == 200, (name, payload, answer.text)
+        assert answer.json()["rows"] == 0, (name, payload, answer.json()["data"])
+    assert tables(project) == before
+
+
+def test_openapi_lists_every_endpoint_with_its_typed_parameters(http):
+    doc = http.get("/v0/openapi.json", headers=ADMIN).json()
+    for name in ("search", "top", "product_days"):
+        assert {f"/v0/pipes/{name}.{fmt}" for fmt in ("json", "csv", "ndjson")} <= set(doc["paths"])
+    assert {"/v0/events", "/v0/views", "/v0/views/{name}", "/v0/views/{name}/backfill"} <= set(doc["paths"])
+    search = doc["paths"]["/v0/pipes/search.json"]["get"]
+    assert search["description"] == "Raw events filtered by a parameter of every type"
+    params = {p["name"]: p for p in search["parameters"]}
+    assert {name: p["x-pipeframe-type"] for name, p in params.items()} == {
+        "min_amount": "Float", "max_quantity": "Int", "since": "Date", "before": "DateTime", "paid": "Boolean",
+        "user": "String", "products": "Array(String)", "quantities": "Array(Int)", "limit": "Int"}
+    assert params["min_amount"]["schema"] == {"type": "number", "default": 0.0}
+    assert params["max_quantity"]["schema"]["type"] == "integer" and params["max_quantity"]["schema"]["default"] == 1000
+    assert params["since"]["schema"]["format"] == "date" and params["paid"]["schema"]["type"] == "boolean"
+    assert params["quantities"]["schema"]["items"]["type"] == "integer" and params["quantities"]["explode"] is False
+    assert params["user"]["description"] == "Only this user" and params["user"]["required"] is False
+    top = {p["name"]: p for p in doc["paths"]["/v0/pipes/top.json"]["get"]["parameters"]}
+    assert top["currency"]["schema"] == {"type": "string", "enum": ["EUR", "USD"], "default": "EUR"}
+    product = doc["paths"]["/v0/pipes/product_days.csv"]["get"]["parameters"][0]
+    assert (product["name"], product["required"]) == ("product", True)
+    assert doc["components"]["securitySchemes"]["token"] == {"type": "apiKey", "in": "query", "name": "token"}
+
+    # A token sees the endpoints it may read; the docs UI loads the document.
+    mine = http.get("/v0/openapi.json", params={"token": SECRETS["reader"]}).json()["paths"]
+    assert "/v0/pipes/search.json" in mine and "/v0/pipes/product_days.json" not in mine
+    assert_error(http.get("/v0/openapi.json"), 401, "PF811")
+    assert "swagger" in http.get("/docs").text.lower()
+
+
+def test_openapi_follows_a_reload(http, project, server):
+    write_project(project.root, {"pipes/recent.pipe": SEARCH.replace("Raw events filtered", "Recent events filtered")})
+    reloaded = Project(project.root, spark=project.spark, environ={})
+    reloaded.deploy()
+    assert "/v0/pipes/recent.json" not in http.get("/v0/openapi.json", headers=ADMIN).json()["paths"]
+    server.service.reload(reloaded)
+    doc = http.get("/v0/openapi.json", headers=ADMIN).json()
+    assert doc["paths"]["/v0/pipes/recent.json"]["get"]["description"].startswith("Recent events filtered")
+    assert http.get("/v0/pipes/recent.json", headers=READER).json()["rows"] == count(project, "events")
+
+
+# --------------------------------------------------------------------------------------------- events
+def test_events_land_through_the_views_and_bad_lines_are_quarantined(http, project):
+    revenue = revenue_by_product(http)
+    before = quarantined(project)
+    good = [{"ts": "2024-05-03 08:00:00", "user": "u9", "product": "mug", "amount": 10.0, "quantity": 1},
+            {"ts": "2024-05-03 08:30:00", "user": "u9", "product": "kettle", "amount": 45.0, "quantity": 1}]
+    bad = ["{not json", json.dumps({"ts": "not a time", "user": "u9", "product": "mug", "amount": 1})]
+    answer = post_events(http, [good[0], bad[0], good[1], bad[1]])
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["successful_rows"], body["quarantined_rows"]) == (2, 2)
+    assert "line is not valid JSON" in body["quarantine_reasons"]
+    assert {v["view"]: v["outcome"] for v in body["views"]} == {"hourly": "applied", "daily": "applied"}
+    after = revenue_by_product(http)
+    assert after == {**revenue, "mug": revenue["mug"] + 10.0, "kettle": 45.0}
+    assert quarantined(project) == before + 2
+
+    assert_error(post_events(http, good, headers=ADMIN, name="nope"), 404, "PF702")
+    assert_error(post_events(http, good, headers=ADMIN, name="hourly"), 400, "PF716")
+    assert_error(http.post("/v0/events", content=b"{}", headers=INGEST), 400, "PF815", "name")
+    assert_error(http.post("/v0/events", params={"name": "events"}, content=b"\n \n", headers=INGEST), 400, "PF815")
+    assert revenue_by_product(http) == after
+
+
+def quarantined(project: Project) -> int:
+    path = project.warehouse.quarantine_path("events")
+    return project.spark.read.format("delta").load(path).count() if Path(path).exists() else 0
+
+
+# ----------------------------------------------------------------------------------------------- views
+def test_views_api_lists_pauses_and_resumes(http, project):
+    listed = http.get("/v0/views", headers=ADMIN).json()["views"]
+    assert {v["name"]: v["status"] for v in listed} == {"hourly": "active", "daily": "active"}
+    detail = http.get("/v0/views/hourly", headers=ADMIN).json()
+    assert (detail["name"], detail["pipe"], detail["source"], detail["lag_versions"]) == ("hourly", "hourly",
+                                                                                          "events", 0)
+    assert http.get("/v0/views/daily/backfill", headers=ADMIN).json() == {"view": "daily", "status": "active",
+                                                                            "backfill": None}
+    assert_error(http.get("/v0/views/nope", headers=ADMIN), 404, "PF701")
+    assert_error(http.patch("/v0/views/hourly", json={"paused": "maybe"}, headers=ADMIN), 400, "PF815", "paused")
+
+    paused = http.patch("/v0/views/hourly", json={"paused": True}, headers=ADMIN)
+    assert paused.status_code == 200 and paused.json()["view"]["status"] == "paused"
+    revenue = revenue_by_product(http)
+    landed = post_events(http, [{"ts": "2024-05-04 12:00:00", "user": "u5", "product": "pot", "amount": 5.0}])
+    assert {v["view"]: v["outcome"] for v in landed.json()["views"]}["hourly"] == "paused"
+    assert revenue_by_product(http) == revenue  # the new row waits
+    status = http.get("/v0/views/hourly", headers=ADMIN).json()
+    assert (status["status"], status["lag_versions"]) == ("paused", 1)
+
+    resumed = http.patch("/v0/views/hourly", json={"paused": False}, headers=ADMIN)
+    assert resumed.status_code == 200, resumed.text
+    assert {r["view"]: r["outcome"] for r in resumed.json()["refresh"]} == {"hourly": "applied", "daily": "applied"}
+    assert resumed.json()["view"]["status"] == "active"
+    assert revenue_by_product(http) == {**revenue, "pot": revenue["pot"] + 5.0}
+
+
+def test_delete_a_view_with_dependents_then_deploy_brings_it_back(http, project, server):
+    revenue = revenue_by_product(http)
+    refused = http.delete("/v0/views/hourly", headers=ADMIN)
+    body = assert_error(refused, 409, "PF707")
+    assert sorted((d["name"], d["kind"]) for d in body["dependents"]) == [
+        ("daily", "view"), ("product_days", "endpoint"), ("top", "endpoint")]
+    assert http.get("/v0/views/hourly", headers=ADMIN).status_code == 200  # nothing was dropped
+
+    forced = http.delete("/v0/views/hourly", params={"force": "true"}, headers=ADMIN)
+    assert forced.status_code == 200, forced.text
+    assert sorted(d["name"] for d in forced.json()["deleted"]) == ["daily", "hourly", "product_days", "top"]
+    assert "pipeframe deploy" in forced.json()["note"]
+    assert_error(http.get("/v0/views/hourly", headers=ADMIN), 404, "PF701")
+    assert_error(http.get("/v0/pipes/top.json", headers=ADMIN), 404, "PF803")
+    assert_error(http.get("/v0/pipes/top.json", headers=READER), 403, "PF813")  # a token learns nothing more
+    assert http.get("/v0/pipes/search.json", headers=READER).status_code == 200  # reads only `events`
+    assert "/v0/pipes/top.json" not in http.get("/v0/openapi.json", headers=ADMIN).json()["paths"]
+    last = project.history()[-1]
+    assert last.result == "succeeded" and {c["action"] for c in last.plan["changes"]} == {"drop"}
+
+    redeployed = Project(project.root, spark=project.spark, environ={})
+    created = {c.name for c in redeployed.deploy().plan.pending if c.action == "create"}
+    assert created == {"hourly", "daily", "top", "product_days"}
+    server.service.reload(redeployed)
+    assert revenue_by_product(http) == revenue
