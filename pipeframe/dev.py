@@ -16,15 +16,18 @@ from typing import TYPE_CHECKING
 
 import click
 
+from pipeframe.engine.warehouse import DeployedResource
 from pipeframe.errors import PipeframeError
 from pipeframe.project import Project
 
 if TYPE_CHECKING:
+    from pipeframe.plan.diff import Plan
     from pipeframe.server import Service
 
 # Files whose change means a new build; anything else (editor swap files, the warehouse) is ignored.
 WATCHED_SUFFIXES = (".datasource", ".pipe", ".incl", ".yaml", ".yml", ".ndjson", ".csv", ".parquet")
 DEBOUNCE_S = 0.05  # editors often write a file in several events; wait until they settle
+TABLELESS_KINDS = ("endpoint", "copy", "pipe")  # resources whose change moves no data
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class DevLoop:
         self.service: Service | None = None  # the HTTP server's state, once serving
         self._lock = threading.RLock()
         self.changed = threading.Event()
+        self.idle = threading.Event()  # set while no build is running (the last save is fully deployed)
+        self.idle.set()
         self._changed_files: set[str] = set()
         self._files_lock = threading.Lock()
 
@@ -74,8 +79,9 @@ class DevLoop:
                                       fg="red"))
                 return Build(False, 0, time.perf_counter() - start)
             with self.service.lock if self.service else self._lock:
+                self._serve_pipe_edits_first(project)
                 result = project.deploy(allow_destructive=True)
-                self._reload_fixtures(project, changed)
+                self._reload_fixtures(project, changed, result.plan)
                 self.project = project
                 if self.service is not None:
                     self.service.reload(project)
@@ -88,10 +94,30 @@ class DevLoop:
         self.echo(click.style(f"✓ {result.changes} change(s) applied in {elapsed:.2f} s", fg="green"))
         return Build(True, result.changes, elapsed)
 
-    def _reload_fixtures(self, project: Project, changed: set[str]) -> None:
-        """A saved fixture file replaces its datasource's rows (its views are rebuilt)."""
+    def _serve_pipe_edits_first(self, project: Project) -> None:
+        """When a save changes only pipes that own no table (endpoints, copy pipes), serve the new version at
+        once, from the planned state; the deploy that records it follows. Anything touching a table (a view's
+        query, a schema) is served only after its deploy."""
+        if self.service is None:
+            return
+        plan = project.plan(allow_destructive=True)
+        if not plan.has_changes or any(c.kind not in TABLELESS_KINDS for c in plan.pending):
+            return
+        deployed = dict(self.service.current.endpoints.deployed)
+        for change in plan.pending:
+            if change.desired is None:
+                deployed.pop(change.key, None)
+            else:
+                deployed[change.key] = DeployedResource(change.desired)
+        self.service.reload(project, deployed)
+
+    def _reload_fixtures(self, project: Project, changed: set[str], plan: Plan) -> None:
+        """Fixtures for datasources the deploy created; a saved fixture file replaces its datasource's rows
+        (its views are rebuilt)."""
         fixtures = self.root / "fixtures"
         names = {Path(f).name.split(".")[0] for f in changed if Path(f).parent == fixtures}
+        if not names and not any(c.kind == "datasource" and c.action == "create" for c in plan.pending):
+            return
         for result in project.load_fixtures(reload={n for n in names if n in project.compiled.datasources}):
             if result.reasons != ("already loaded",):
                 self.echo(f"  fixtures: {result.datasource} = {result.accepted} row(s)")
@@ -131,6 +157,7 @@ class DevLoop:
             while not stop.is_set():
                 if not self.changed.wait(0.2):
                     continue
+                self.idle.clear()
                 time.sleep(DEBOUNCE_S)
                 self.changed.clear()
                 with self._files_lock:
@@ -141,6 +168,9 @@ class DevLoop:
                     self.rebuild(changed)
                 except Exception as exc:  # noqa: BLE001 — a bug must not end the session; it is reported
                     self.echo(f"PF999 internal error: {type(exc).__name__}: {exc}")
+                finally:
+                    if not self.changed.is_set():
+                        self.idle.set()
         finally:
             observer.stop()
             observer.join(timeout=5)

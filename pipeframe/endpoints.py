@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pipeframe.compiler.compile import CompiledPipe, CompiledProject
-    from pipeframe.engine.warehouse import Warehouse
+    from pipeframe.engine.warehouse import DeployedResource, Warehouse
 
 # Query-string names that are never template parameters.
 RESERVED_PARAMS = frozenset({"token", "q"})
@@ -74,16 +74,18 @@ class Endpoints:
     Tables are registered by name once (`refresh()` again after a deploy); each call renders the pipe with
     its parameters and runs it."""
 
-    def __init__(self, compiled: CompiledProject, spark: SparkSession, warehouse: Warehouse) -> None:
+    def __init__(self, compiled: CompiledProject, spark: SparkSession, warehouse: Warehouse,
+                 deployed: Mapping[str, DeployedResource] | None = None) -> None:
         self.compiled = compiled
         self.spark = spark
         self.warehouse = warehouse
         self.deployed: dict = {}
-        self.refresh()
+        self.refresh(deployed)
 
-    def refresh(self) -> None:
-        """Read the deployed state again and register every table by name in the session."""
-        self.deployed = self.warehouse.deployed()
+    def refresh(self, deployed: Mapping[str, DeployedResource] | None = None) -> None:
+        """Read the deployed state again (or take `deployed`, known to the caller) and register every table by
+        name in the session."""
+        self.deployed = dict(self.warehouse.deployed() if deployed is None else deployed)
         self.warehouse.register(self.deployed)
 
     @property

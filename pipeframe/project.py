@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.lifecycle import ViewStatus
     from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
-    from pipeframe.engine.warehouse import Deployment, Warehouse
+    from pipeframe.engine.warehouse import DeployedResource, Deployment, Warehouse
     from pipeframe.plan.diff import Change, Plan
 
 
@@ -372,11 +372,12 @@ class Project:
         self.warehouse.register(self.warehouse.deployed())
         return self.spark.sql(compile_query(sql_or_pipe))
 
-    def endpoints(self) -> Endpoints:
-        """The project's endpoint pipes over the deployed tables (registered by name in the session)."""
+    def endpoints(self, deployed: Mapping[str, DeployedResource] | None = None) -> Endpoints:
+        """The project's endpoint pipes over the deployed tables (registered by name in the session); pass
+        `deployed` when it is already known, to skip reading the state store."""
         from pipeframe.endpoints import Endpoints
 
-        return Endpoints(self.compiled, self.spark, self.warehouse)
+        return Endpoints(self.compiled, self.spark, self.warehouse, deployed)
 
     def endpoint(self, pipe: str, **params: Any) -> EndpointResult:
         """Call an endpoint pipe: its rows and Tinybird's `meta`/`statistics`, as the HTTP API answers."""

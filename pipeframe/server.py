@@ -16,7 +16,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Protocol
@@ -82,10 +82,11 @@ class Service:
         self.current: Snapshot
         self.reload(project)
 
-    def reload(self, project: Project) -> None:
-        """Serve `project` (compiled and deployed) from now on; requests already running finish on the old one."""
+    def reload(self, project: Project, deployed: Mapping[str, DeployedResource] | None = None) -> None:
+        """Serve `project` (compiled and deployed) from now on; requests already running finish on the old one.
+        `deployed`: the deployed state when the caller knows it (the dev loop), instead of reading it."""
         with self.lock:
-            self.current = Snapshot(project, project.endpoints())
+            self.current = Snapshot(project, project.endpoints(deployed))
 
     @property
     def project(self) -> Project:
