@@ -72,6 +72,8 @@ def main() -> None:
       pipeframe deploy -p example_project --yes
       pipeframe append sales example_project/fixtures/sales.ndjson -p example_project
       pipeframe status -p example_project
+      pipeframe endpoint top_products --param limit=3 -p example_project
+      pipeframe dev -p example_project        # deploy, serve HTTP and follow every save
     """
 
 
