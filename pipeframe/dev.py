@@ -21,6 +21,8 @@ from pipeframe.errors import PipeframeError
 from pipeframe.project import Project
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from pipeframe.plan.diff import Plan
     from pipeframe.server import Service
 
@@ -42,11 +44,12 @@ class Build:
 class DevLoop:
     """The dev environment of one project folder, kept in step with the files."""
 
-    def __init__(self, root: str | Path, env: str = "dev", echo: Callable[[str], None] = click.echo) -> None:
+    def __init__(self, root: str | Path, env: str = "dev", echo: Callable[[str], None] = click.echo,
+                 spark: SparkSession | None = None) -> None:
         self.root = Path(root).resolve()
         self.env = env
         self.echo = echo
-        self.project = Project(self.root, env=env)
+        self.project = Project(self.root, env=env, spark=spark)
         self.spark = self.project.spark  # started once; every rebuild reuses it
         self.service: Service | None = None  # the HTTP server's state, once serving
         self._lock = threading.RLock()
@@ -88,6 +91,8 @@ class DevLoop:
         except PipeframeError as err:
             for diagnostic in err.diagnostics:
                 self.echo(diagnostic.format())
+            if self.service is not None and self.service.project is not self.project:
+                self.service.reload(self.project)  # undo an edit served ahead of a deploy that failed
             self.echo(click.style("✗ not applied; still serving the last good version", fg="red"))
             return Build(False, 0, time.perf_counter() - start)
         elapsed = time.perf_counter() - start
