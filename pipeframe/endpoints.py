@@ -12,6 +12,7 @@ import base64
 import datetime as dt
 import decimal
 import difflib
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -145,12 +146,23 @@ def query_errors(pipe: CompiledPipe) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not type(exc).__module__.startswith(("pyspark", "py4j")):
+        # pyspark may fail while converting a JVM error (a logging TypeError): the JVM error is its context
+        error = exc if _from_spark(exc) else exc.__context__
+        if error is None or not _from_spark(error):
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        first = next((line for line in lines if ERROR_CLASS.search(line)), lines[0] if lines else type(error).__name__)
+        first = first[first.index("["):] if ERROR_CLASS.search(first) else first
         raise PipeframeError("PF807", f"The query of `{pipe.name}` failed in Spark: {first}",
                              f"Check the SQL of {pipe.definition.location.path} for these parameter values "
                              f"(`pipeframe sql {pipe.name}` prints it).", http_status=500) from None
+
+
+ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]+\]")  # Spark's error classes, e.g. [DIVIDE_BY_ZERO]
+
+
+def _from_spark(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith(("pyspark", "py4j"))
 
 
 def scan_statistics(frame: DataFrame) -> tuple[int, int]:
