@@ -1,0 +1,240 @@
+"""Run every benchmark at one scale and write docs/benchmarks.md (tables) and docs/img/bench-*.png (charts).
+
+Usage: python bench/run.py [--rows 1000000] [--appends 20] [--growth-appends 3] [--repeats 5] [--skip check,dev]
+
+Sections (PRODUCT.md section 8), all in one run on this machine:
+  views     the events scenario: one Delta source, three views (hourly counts and sums by endpoint and status;
+            daily distinct users, HLL; p50/p95 latency per endpoint, KLL). The source starts at --rows / 10,
+            grows to 3 * --rows / 10 and then --rows; at each size batches of 1% of --rows are appended
+            (--growth-appends times at the two smaller sizes, --appends times at --rows), and after each append
+            every side brings its views up to date, timed: pipeframe refresh, CREATE OR REPLACE TABLE AS SELECT,
+            dbt-spark incremental models, Spark Declarative Pipelines materialized views. Then the exact view
+            is compared across all sides, an endpoint over the hourly view is timed against the same answer over
+            the raw rows, and `Project.append` (three views attached) against a plain Delta append.
+  check     `pipeframe check` on a 1,000-resource project vs `dbt parse` on an equivalent 1,000-model dbt
+            project, each in fresh processes (bench/check_bench.py).
+  dev       the dev loop: save an endpoint file -> new HTTP answer (bench/dev_bench.py).
+Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import report
+from common import ratio, summary
+from peers import Ctas, Dbt, Pipeframe, Sdp, remove, versions
+from scenario import EXACT_VIEW, SECONDS_PER_ROW, START_EPOCH, generate, write_pipeframe_project
+
+BENCH = Path(__file__).resolve().parent
+DOCS = BENCH.parent / "docs"
+SECTIONS = ("views", "check", "dev")
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        cpu = platform.processor() or "unknown"
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gib": round(memory, 1), "os": platform.platform(),
+            "load_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def views_section(rows: int, appends: int, growth_appends: int, repeats: int) -> dict:
+    from pipeframe.project import Project
+
+    work = Path(tempfile.mkdtemp(prefix="pipeframe-bench-"))
+    sides = []
+    try:
+        root = work / "project"
+        write_pipeframe_project(root)
+        project = Project(root)
+        spark = project.spark
+        project.deploy()
+        source = project.warehouse.deployed()["datasource:events"].path
+        batch = max(1, rows // 100)
+        sizes = [rows // 10, rows * 3 // 10, rows]
+        landed = 0
+
+        def land(count: int) -> None:  # another job appends to the source; every side then catches up
+            nonlocal landed
+            generate(spark, landed, count).write.format("delta").mode("append").save(source)
+            landed += count
+
+        land(sizes[0])
+        conf = {key: value for key, value in spark.sparkContext.getConf().getAll()}
+        log("starting the Spark Connect server for Spark Declarative Pipelines")
+        sides = [Pipeframe(project), Ctas(spark, source, work), Dbt(spark, source, work),
+                 Sdp(spark, source, work, conf)]
+        out: dict = {"rows": rows, "batch_rows": batch, "sizes": sizes, "sides": [s.name for s in sides],
+                     "initial_s": {}, "catch_up_s": [], "appends": []}
+        for side in sides:
+            out["initial_s"][side.name] = round(timed(side.update), 3)
+            log(f"{side.name}: built the views over {landed:,} rows in {out['initial_s'][side.name]:.1f} s")
+        for size in sizes:
+            if landed < size:
+                land(size - landed)
+                out["catch_up_s"].append({"rows": landed, **{s.name: round(timed(s.update), 3) for s in sides}})
+                log(f"grew the source to {landed:,} rows; every side caught up")
+            for number in range(appends if size == rows else growth_appends):
+                before = landed
+                land(batch)
+                seconds = {side.name: round(timed(side.update), 3) for side in sides}
+                record = {"size": size, "rows_before": before, "seconds": seconds,
+                          "sdp_run_phase_s": sides[-1].run_phase[-1]}
+                out["appends"].append(record)
+                log(f"append {number + 1} at {before:,} rows: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
+
+        out["cross_check"] = cross_check(sides)
+        out["endpoint"] = endpoint_reads(project, repeats, landed)
+        out["append"] = append_overhead(project, spark, work, landed, batch, max(3, repeats // 2))
+        return out
+    finally:
+        for side in sides:
+            if hasattr(side, "close"):
+                side.close()
+        remove(work)
+
+
+def cross_check(sides) -> dict:
+    """Every side's exact view against the recomputation (CTAS): the same rows, or the count that differ."""
+    truth = next(s for s in sides if s.name == "ctas").exact()
+    verdicts = {"view": EXACT_VIEW, "rows": truth.count()}
+    for side in sides:
+        frame = side.exact()
+        differ = frame.exceptAll(truth).count() + truth.exceptAll(frame).count()
+        verdicts[side.name] = "equal" if differ == 0 else f"{differ} rows differ"
+    log(f"cross-check of {EXACT_VIEW}: {verdicts}")
+    return verdicts
+
+
+def endpoint_reads(project, repeats: int, landed: int) -> dict:
+    """`traffic` (over the hourly view) against `traffic_raw` (the same answer from the raw rows), over the
+    newer half of the source."""
+    endpoints = project.endpoints(project.warehouse.deployed())  # as the HTTP server holds them
+    middle = START_EPOCH + int(landed * SECONDS_PER_ROW / 2)
+    start = datetime.fromtimestamp(middle - middle % 3600, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    view_s, raw_s = [], []
+    answers = {}
+    for _ in range(repeats + 1):  # the first pair warms both plans up and is not counted
+        for pipe, times in (("traffic", view_s), ("traffic_raw", raw_s)):
+            started = time.perf_counter()
+            answers[pipe] = endpoints.run(pipe, {"start": start})
+            times.append(time.perf_counter() - started)
+    view_s, raw_s = view_s[1:], raw_s[1:]
+    if answers["traffic"].data != answers["traffic_raw"].data:
+        raise SystemExit("the endpoint over the view and over the raw rows disagree")
+    return {"view_s": summary(view_s), "raw_s": summary(raw_s), "raw_over_view": ratio(raw_s, view_s),
+            "view_rows_read": answers["traffic"].rows_read, "raw_rows_read": answers["traffic_raw"].rows_read,
+            "start": start}
+
+
+def append_overhead(project, spark, work: Path, landed: int, batch: int, repeats: int) -> dict:
+    """`Project.append` of a batch (schema check, quarantine split, source commit, three views) vs a plain
+    Delta append of the same rows to a table of the same schema."""
+    plain = str(work / "plain")
+    generate(spark, 0, 1).limit(0).write.format("delta").save(plain)
+    plains, appends = [], []
+    for _ in range(repeats):
+        frame = generate(spark, landed, batch).cache()
+        frame.count()
+        landed += batch
+        plains.append(timed(lambda f=frame: f.write.format("delta").mode("append").save(plain)))
+        appends.append(timed(lambda f=frame: project.append("events", f)))
+        frame.unpersist()
+    return {"plain_s": summary(plains), "pipeframe_s": summary(appends), "pipeframe_over_plain": ratio(appends, plains),
+            "batch_rows": batch}
+
+
+def run_script(name: str, *args: str) -> dict:
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    try:
+        subprocess.run([sys.executable, str(BENCH / name), *args, "--json", str(out)], check=True,
+                       stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--rows", type=int, default=1_000_000, help="source rows (10,000,000 for the record)")
+    parser.add_argument("--appends", type=int, default=20, help="1%% appends at --rows")
+    parser.add_argument("--growth-appends", type=int, default=3, help="1%% appends at --rows/10 and 3*--rows/10")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats of the check, endpoint and dev measures")
+    parser.add_argument("--skip", default="", help=f"comma-separated sections to leave out: {', '.join(SECTIONS)}")
+    parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
+    args = parser.parse_args()
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if skip - set(SECTIONS):
+        parser.error(f"unknown section(s) in --skip: {', '.join(sorted(skip - set(SECTIONS)))}")
+    missing = [name for name in ("dbt.adapters.spark", "matplotlib", "pandas", "grpc", "httpx")
+               if importlib.util.find_spec(name.split(".")[0]) is None or not _importable(name)]
+    if missing:
+        sys.exit(f"missing benchmark dependencies ({', '.join(missing)}): "
+                 "run `python -m pip install -r bench/requirements.txt` first")
+
+    results: dict = {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(), "versions": versions(),
+                     "command": " ".join(["python", "bench/run.py", *sys.argv[1:]])}
+    started = time.perf_counter()
+    data = args.out.with_suffix(".json")
+
+    def save() -> None:  # after every section, so a late failure keeps what was measured
+        results["machine"]["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        results["minutes"] = round((time.perf_counter() - started) / 60, 1)
+        data.write_text(json.dumps(results, indent=2) + "\n")
+
+    if "check" not in skip:
+        log("check: pipeframe check vs dbt parse on 1,000 resources")
+        results["check"] = run_script("check_bench.py", "--repeats", str(args.repeats), "--dbt")
+        save()
+    if "views" not in skip:
+        results["views"] = views_section(args.rows, args.appends, args.growth_appends, args.repeats)
+        save()
+    if "dev" not in skip:
+        log("dev: save -> new answer in pipeframe dev")
+        results["dev"] = run_script("dev_bench.py", "--repeats", str(args.repeats))
+    save()
+    report.write(results, args.out)
+    log(f"wrote {args.out}, {data} and the charts in {args.out.parent / 'img'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
