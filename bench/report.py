@@ -190,7 +190,7 @@ def views_text(views: dict) -> list[str]:
         "`spark-pipelines run` once per append against a Spark Connect server started once for the benchmark "
         "(so no JVM start is counted; the command itself still starts a small client). Open-source Spark 4.1 "
         "recomputes a materialized view on every run. The views are written as Spark's default Parquet: "
-        "declared `USING delta` they fail on their second run (`DELTA_CANNOT_CHANGE_PROVIDER`)."),
+        "declared `USING delta` with a Hive metastore, their second run failed (`DELTA_CANNOT_CHANGE_PROVIDER`)."),
         "",
         ("All sides read the same Delta table and run with the same Spark settings (`local[*]`, "
         "`spark.sql.shuffle.partitions` = 4)."),
