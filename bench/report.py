@@ -125,11 +125,14 @@ def summary_rows(results: dict) -> list[str]:
     rows = ["| PRODUCT.md section 8 target | measured in this run (min / median / max) | verdict |", "|---|---|---|"]
     check = results.get("check")
     if check:
-        warm = check["warm_process_wall_s"]
-        rows.append(f"| `pipeframe check` on 1,000 resources: under 1 s, JVM never started | "
-                    f"{spread(warm)} (fresh process, warm template cache); {spread(check['cold_process_wall_s'])} "
-                    f"cold; pyspark imported: {'yes' if check['pyspark_imported'] else 'no'} | "
-                    f"{verdict(warm['median'] < check['target_s'] and not check['pyspark_imported'])} |")
+        warm, cold = check["warm_process_wall_s"], check["cold_process_wall_s"]
+        cold_target = check.get("cold_target_s")
+        met = warm["median"] <= check["target_s"] and not check["pyspark_imported"] and \
+            (cold_target is None or cold["median"] <= cold_target)
+        rows.append(f"| `pipeframe check` on 1,000 resources, a fresh process: ≤ {check['target_s']:g} s warm"
+                    + (f", ≤ {cold_target:g} s cold" if cold_target else "") + ", JVM never started | "
+                    f"{spread(warm)} warm (check cache filled); {spread(cold)} cold; "
+                    f"pyspark imported: {'yes' if check['pyspark_imported'] else 'no'} | {verdict(met)} |")
     views = results.get("views")
     if views:
         full = at_size(views, views["rows"])
@@ -296,13 +299,12 @@ def losses_text(results: dict) -> list[str]:
                 f"{e['raw_s']['median']:.2f} s. The ratio is capped by that fixed cost until the raw scan is much "
                 "larger; serving small views without a Spark job per call is the way past it.")
     check = results.get("check")
-    if check and check["warm_process_wall_s"]["median"] >= check["target_s"]:
+    if check and check["warm_process_wall_s"]["median"] > check["target_s"]:
         found.append(
-            "- The under-1 s `check` target: from a profile of a warm run on an idle machine (2026-11-21), a "
-            "fresh Python process imports sqlglot, Jinja and click (~0.25 s), lexes and parses 1,000 files "
-            "(~0.3 s), parses 2,000 SQL statements with sqlglot (~0.4 s, the largest single cost) and renders "
-            "templates and runs the rules (~0.3 s); a cold run also compiles 666 Jinja templates (~0.8 s). Left to "
-            "try: caching per-file parse results by content hash, and parsing endpoints' SQL only when asked.")
+            f"- The ≤ {check['target_s']:g} s warm `check` target: {check['warm_process_wall_s']['median']:.2f} s "
+            "median. A warm run imports neither sqlglot nor Jinja and parses nothing; what is left is starting "
+            "Python and click, hashing the 1,000 files and unpickling the check cache (`python -X importtime` and "
+            "cProfile show which).")
     dev = results.get("dev")
     if dev and dev["warm_save_to_answer_s"]["median"] >= dev["target_s"]:
         found.append(
@@ -320,10 +322,15 @@ def check_text(check: dict) -> list[str]:
         f"({check['datasources']} landing datasources with ClickHouse types, JSON paths and partition/sorting/TTL "
         f"keys, {check['materialized']} two-node materialized pipes with count/sum/avg/HLL/KLL aggregates, "
         f"{check['endpoints']} templated endpoints) and times `pipeframe check` as a fresh process each run: cold "
-        "(an empty template cache, as on a new CI machine) and warm (the cache filled)."),
+        "(no `.pipeframe/cache/`, as on a new CI machine), warm (the check cache filled by the run before: each "
+        "file's parse and each pipe's compile reused while what they were made from is unchanged) and, where "
+        "measured, edited (warm after one endpoint file changed, as after a save)."),
     ]
-    rows = ["", "| command, fresh process | cold | warm |", "|---|---|---|",
-            f"| `pipeframe check` | {spread(check['cold_process_wall_s'])} | {spread(check['warm_process_wall_s'])} |"]
+    edited = check.get("edited_process_wall_s")
+    rows = ["", "| command, fresh process | cold | warm |" + (" edited |" if edited else ""),
+            "|---|---|---|" + ("---|" if edited else ""),
+            f"| `pipeframe check` | {spread(check['cold_process_wall_s'])} | {spread(check['warm_process_wall_s'])} |"
+            + (f" {spread(edited)} |" if edited else "")]
     if "dbt" in check:
         d = check["dbt"]
         lines.append(
@@ -332,9 +339,10 @@ def check_text(check: dict) -> list[str]:
             f"the filter node as a CTE, the same aggregates) and {d['endpoints']} view models with the endpoints' "
             "parameters as `var()` with defaults. `dbt parse` runs cold (no `target/`, so no partial parse) and "
             "warm (partial parsing on, nothing changed).")
-        rows += [f"| `dbt parse` | {spread(d['cold_parse_s'])} | {spread(d['warm_parse_s'])} |",
+        rows += [f"| `dbt parse` | {spread(d['cold_parse_s'])} | {spread(d['warm_parse_s'])} |"
+                 + (" |" if edited else ""),
                  (f"| **dbt / pipeframe** | {ratio_text(d['cold_over_pipeframe'])} | "
-                 f"{ratio_text(d['warm_over_pipeframe'])} |")]
+                 f"{ratio_text(d['warm_over_pipeframe'])} |" + (" |" if edited else ""))]
     lines += rows
     lines += ["", (f"`check()` itself inside the process (warm): {spread(check['warm_check_s'])}; the project "
               f"compiles with {check['errors']} errors and {check['warnings']} warnings, and pyspark was "

@@ -77,7 +77,7 @@ def views_section(rows: int, appends: int, growth_appends: int, repeats: int) ->
         project = Project(root)
         spark = project.spark
         project.deploy()
-        source = project.warehouse.deployed()["datasource:events"].path
+        source = project.snapshot.table("events").path
         batch = max(1, rows // 100)
         sizes = [rows // 10, rows * 3 // 10, rows]
         landed = 0
@@ -137,7 +137,7 @@ def cross_check(sides) -> dict:
 def endpoint_reads(project, repeats: int, landed: int) -> dict:
     """`traffic` (over the hourly view) against `traffic_raw` (the same answer from the raw rows), over the
     newer half of the source."""
-    endpoints = project.endpoints(project.warehouse.deployed())  # as the HTTP server holds them
+    endpoints = project.endpoints(project.snapshot)  # as the HTTP server holds them
     middle = START_EPOCH + int(landed * SECONDS_PER_ROW / 2)
     start = datetime.fromtimestamp(middle - middle % 3600, UTC).strftime("%Y-%m-%d %H:%M:%S")
     view_s, raw_s = [], []

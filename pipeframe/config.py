@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pipeframe.errors import Location, PipeframeError
 
 CONFIG_FILE = "pipeframe.yaml"
@@ -63,6 +61,8 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml  # only projects with a pipeframe.yaml pay for it (`pipeframe check` starts in a fresh process)
+
     where = Location(CONFIG_FILE)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -14,15 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
-from pipeframe.engine.warehouse import DeployedResource
 from pipeframe.errors import PipeframeError
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.project import Project
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
+    from pipeframe.engine.session import SparkSession
     from pipeframe.plan.diff import Plan
     from pipeframe.server import Service
 
@@ -30,6 +27,11 @@ if TYPE_CHECKING:
 WATCHED_SUFFIXES = (".datasource", ".pipe", ".incl", ".yaml", ".yml", ".ndjson", ".csv", ".parquet")
 DEBOUNCE_S = 0.05  # editors often write a file in several events; wait until they settle
 TABLELESS_KINDS = ("endpoint", "copy", "pipe")  # resources whose change moves no data
+
+
+def plain(text: str, **_colours: object) -> str:
+    """The default style: the text as it is (`fg=`, `bold=` are ignored)."""
+    return text
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,12 @@ class Build:
 class DevLoop:
     """The dev environment of one project folder, kept in step with the files."""
 
-    def __init__(self, root: str | Path, env: str = "dev", echo: Callable[[str], None] = click.echo,
-                 spark: SparkSession | None = None) -> None:
+    def __init__(self, root: str | Path, env: str = "dev", echo: Callable[[str], None] = print,
+                 spark: SparkSession | None = None, style: Callable[..., str] = plain) -> None:
         self.root = Path(root).resolve()
         self.env = env
         self.echo = echo
+        self.style = style  # colours on a terminal: the CLI passes click.style
         self.project = Project(self.root, env=env, spark=spark)
         self.spark = self.project.spark  # started once; every rebuild reuses it
         self.service: Service | None = None  # the HTTP server's state, once serving
@@ -58,6 +61,13 @@ class DevLoop:
         self.idle.set()
         self._changed_files: set[str] = set()
         self._files_lock = threading.Lock()
+        self._newest: Project | None = None  # the newest version that compiled (served, or about to be)
+        # The newest compiled version waiting to be deployed, with the files changed since the last deploy: saves
+        # made while a deploy runs are served at once when they can be, and deployed together after it.
+        self._waiting: tuple[Project, set[str], float] | None = None
+        self._waiting_lock = threading.Lock()
+        self._deploy_due = threading.Event()
+        self._deploying = False
 
     # ------------------------------------------------------------------------------- building
     def initial_build(self) -> Build:
@@ -70,39 +80,58 @@ class DevLoop:
         return build
 
     def rebuild(self, changed: set[str]) -> Build:
-        """Recompile; on errors print them and keep the current version; else deploy and swap it in."""
+        """Recompile; on errors print them and keep the current version; else serve what can be served at once,
+        deploy, and serve the deployed version (all before returning)."""
         start = time.perf_counter()
+        project = self._compile()
+        if project is None:
+            return Build(False, 0, time.perf_counter() - start)
         try:
-            project = Project(self.root, env=self.env, spark=self.spark)
-            report = project.check()
-            for diagnostic in report.diagnostics:
-                self.echo(diagnostic.format())
-            if not report.ok:
-                self.echo(click.style(f"✗ {len(report.errors)} error(s); still serving the last good version",
-                                      fg="red"))
-                return Build(False, 0, time.perf_counter() - start)
+            self._serve_pipe_edits_first(project)
+        except PipeframeError as err:
+            return self._not_applied(project, err, start)
+        return self._deploy(project, changed, start)
+
+    def _compile(self) -> Project | None:
+        """The project as the files are now (one compile, sharing the warehouse snapshot), or None on errors."""
+        project = self.project.reload()
+        report = project.check()
+        for diagnostic in report.diagnostics:
+            self.echo(diagnostic.format())
+        if report.ok:
+            return project
+        self.echo(self.style(f"✗ {len(report.errors)} error(s); still serving the last good version", fg="red"))
+        return None
+
+    def _deploy(self, project: Project, changed: set[str], start: float) -> Build:
+        """Record `project` in the dev warehouse (the deploy and its bookkeeping), then serve it."""
+        try:
             with self.service.lock if self.service else self._lock:
-                self._serve_pipe_edits_first(project)
                 result = project.deploy(allow_destructive=True)
                 self._reload_fixtures(project, changed, result.plan)
                 self.project = project
-                if self.service is not None:
-                    self.service.reload(project)
+                # Serve it unless a newer save is served already (ahead of its own deploy, which follows).
+                if self.service is not None and (self._newest is project or self.service.project is not self._newest):
+                    self.service.reload(project, project.snapshot)
         except PipeframeError as err:
-            for diagnostic in err.diagnostics:
-                self.echo(diagnostic.format())
-            if self.service is not None and self.service.project is not self.project:
-                self.service.reload(self.project)  # undo an edit served ahead of a deploy that failed
-            self.echo(click.style("✗ not applied; still serving the last good version", fg="red"))
-            return Build(False, 0, time.perf_counter() - start)
+            return self._not_applied(project, err, start)
         elapsed = time.perf_counter() - start
-        self.echo(click.style(f"✓ {result.changes} change(s) applied in {elapsed:.2f} s", fg="green"))
+        self.echo(self.style(f"✓ {result.changes} change(s) applied in {elapsed:.2f} s", fg="green"))
         return Build(True, result.changes, elapsed)
+
+    def _not_applied(self, project: Project, err: PipeframeError, start: float) -> Build:
+        for diagnostic in err.diagnostics:
+            self.echo(diagnostic.format())
+        if self.service is not None and self.service.project is project:
+            self.service.reload(self.project)  # undo an edit served ahead of a deploy that failed
+        self.echo(self.style("✗ not applied; still serving the last good version", fg="red"))
+        return Build(False, 0, time.perf_counter() - start)
 
     def _serve_pipe_edits_first(self, project: Project) -> None:
         """When a save changes only pipes that own no table (endpoints, copy pipes), serve the new version at
         once, from the planned state; the deploy that records it follows. Anything touching a table (a view's
         query, a schema) is served only after its deploy."""
+        self._newest = project
         if self.service is None:
             return
         plan = project.plan(allow_destructive=True)
@@ -114,7 +143,7 @@ class DevLoop:
                 deployed.pop(change.key, None)
             else:
                 deployed[change.key] = DeployedResource(change.desired)
-        self.service.reload(project, deployed)
+        self.service.reload(project, DeployedSnapshot.of(deployed.values()))
 
     def _reload_fixtures(self, project: Project, changed: set[str], plan: Plan) -> None:
         """Fixtures for datasources the deploy created; a saved fixture file replaces its datasource's rows
@@ -158,6 +187,8 @@ class DevLoop:
         observer = Observer()
         observer.schedule(Handler(), str(self.root), recursive=True)
         observer.start()
+        recorder = threading.Thread(target=self._record, args=(stop,), name="pipeframe-dev-deploy", daemon=True)
+        recorder.start()
         try:
             while not stop.is_set():
                 if not self.changed.wait(0.2):
@@ -168,17 +199,60 @@ class DevLoop:
                 with self._files_lock:
                     changed, self._changed_files = self._changed_files, set()
                 names = ", ".join(sorted(str(Path(f).relative_to(self.root)) for f in changed))
-                self.echo(click.style(f"↻ {names}", fg="cyan"))
+                self.echo(self.style(f"↻ {names}", fg="cyan"))
                 try:
-                    self.rebuild(changed)
+                    self._serve_then_queue(changed)
                 except Exception as exc:  # noqa: BLE001 — a bug must not end the session; it is reported
                     self.echo(f"PF999 internal error: {type(exc).__name__}: {exc}")
                 finally:
-                    if not self.changed.is_set():
-                        self.idle.set()
+                    self._settle()
         finally:
             observer.stop()
             observer.join(timeout=5)
+            recorder.join(timeout=60)
+
+    def _serve_then_queue(self, changed: set[str]) -> None:
+        """One burst of saves: compile, serve at once what needs no deploy, and queue the deploy (coalesced with
+        any other save waiting for it) so the next save never waits for this one's bookkeeping."""
+        start = time.perf_counter()
+        project = self._compile()
+        if project is None:
+            return
+        try:
+            self._serve_pipe_edits_first(project)
+        except PipeframeError as err:
+            self._not_applied(project, err, start)
+            return
+        with self._waiting_lock:
+            earlier = self._waiting[1] if self._waiting else set()
+            first = self._waiting[2] if self._waiting else start
+            self._waiting = (project, earlier | changed, first)
+            self._deploy_due.set()
+
+    def _record(self, stop: threading.Event) -> None:
+        """The deploy thread: deploys the newest waiting version, one at a time, until `stop`."""
+        while not stop.is_set():
+            if not self._deploy_due.wait(0.2):
+                continue
+            with self._waiting_lock:
+                waiting, self._waiting = self._waiting, None
+                self._deploy_due.clear()
+                self._deploying = waiting is not None
+            try:
+                if waiting is not None:
+                    self._deploy(*waiting)
+            except Exception as exc:  # noqa: BLE001 — a bug must not end the session; it is reported
+                self.echo(f"PF999 internal error: {type(exc).__name__}: {exc}")
+            finally:
+                with self._waiting_lock:
+                    self._deploying = False
+                self._settle()
+
+    def _settle(self) -> None:
+        """Mark the loop idle when no save is waiting to be compiled or deployed."""
+        with self._waiting_lock:
+            if not (self.changed.is_set() or self._waiting or self._deploying):
+                self.idle.set()
 
     # ------------------------------------------------------------------------------- running
     def run(self, host: str, port: int, stop: threading.Event | None = None) -> int:
@@ -194,7 +268,7 @@ class DevLoop:
             self.echo("Fix the errors above and save: the project is built again on every save.")
         self.service = Service(self.project, jobs=[CopyScheduler()])
         server = start_server(self.service, host, port)
-        self.echo(click.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
+        self.echo(self.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
                               "(Ctrl-C to stop)", bold=True))
         try:
             self.watch(stop)

@@ -3,7 +3,7 @@
 One code path for `pipeframe endpoint`, `Project.endpoint()`/`Project.query(pipe, ...)`, the HTTP server and
 `pipeframe test`: parameters are validated and rendered as SQL literals by the template sandbox (a bad one is a
 PF202 naming the parameter and the expected type, HTTP 400), the statement runs on Spark over the deployed tables
-by name, and the answer has Tinybird's shape: `meta`, `data`, `rows`, `statistics`.
+by name (`pipeframe.engine.query`), and the answer has Tinybird's shape: `meta`, `data`, `rows`, `statistics`.
 """
 
 from __future__ import annotations
@@ -12,20 +12,21 @@ import base64
 import datetime as dt
 import decimal
 import difflib
-import re
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pipeframe.compiler.graph import ResourceKey
+from pipeframe.engine import query
 from pipeframe.errors import PipeframeError
+from pipeframe.plan.snapshot import DeployedSnapshot
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from pipeframe.compiler.compile import CompiledPipe, CompiledProject
-    from pipeframe.engine.warehouse import DeployedResource, Warehouse
+    from pipeframe.engine.query import DataFrame
+    from pipeframe.engine.session import SparkSession
+    from pipeframe.engine.warehouse import Warehouse
 
 # Query-string names that are never template parameters.
 RESERVED_PARAMS = frozenset({"token", "q"})
@@ -76,18 +77,18 @@ class Endpoints:
     its parameters and runs it."""
 
     def __init__(self, compiled: CompiledProject, spark: SparkSession, warehouse: Warehouse,
-                 deployed: Mapping[str, DeployedResource] | None = None) -> None:
+                 deployed: DeployedSnapshot | None = None) -> None:
         self.compiled = compiled
         self.spark = spark
         self.warehouse = warehouse
-        self.deployed: dict = {}
+        self.deployed = DeployedSnapshot()
         self.refresh(deployed)
 
-    def refresh(self, deployed: Mapping[str, DeployedResource] | None = None) -> None:
+    def refresh(self, deployed: DeployedSnapshot | None = None) -> None:
         """Read the deployed state again (or take `deployed`, known to the caller) and register every table by
         name in the session."""
-        self.deployed = dict(self.warehouse.deployed() if deployed is None else deployed)
-        self.warehouse.register(self.deployed)
+        self.deployed = self.warehouse.snapshot(fresh=True) if deployed is None else deployed
+        self.warehouse.register(self.deployed.values())
 
     @property
     def names(self) -> list[str]:
@@ -110,7 +111,7 @@ class Endpoints:
                                  f"not {what[kind].split(' (')[0]}.",
                                  f"Set `TYPE {kind}` on its last node in {pipe.definition.location.path}, or "
                                  f"query its tables with `pipeframe query`.", http_status=404)
-        deployed = self.deployed.get(f"pipe:{name}")
+        deployed = self.deployed.get(ResourceKey.pipe(name))
         if deployed is None:
             raise PipeframeError("PF803", f"The pipe `{name}` is not deployed.",
                                  "Run `pipeframe deploy` (or `pipeframe dev`) first.", http_status=404)
@@ -124,74 +125,13 @@ class Endpoints:
         """The pipe's rows as a DataFrame (not yet run)."""
         pipe = self.pipe(name, kind)
         values = {k: v for k, v in params.items() if k not in RESERVED_PARAMS}
-        sql = pipe.render(values)
-        with query_errors(pipe):
-            return self.spark.sql(sql)
+        return query.plan(self.spark, pipe.render(values), pipe)
 
     def run(self, name: str, params: Mapping[str, Any]) -> EndpointResult:
         start = time.perf_counter()
-        frame = self.frame(name, params)
-        with query_errors(self.compiled.pipes[name]):
-            rows = frame.collect()
-        meta = tuple((f.name, f.dataType.simpleString()) for f in frame.schema.fields)
-        data = [{n: jsonable(v) for n, v in zip(frame.columns, row, strict=True)} for row in rows]
-        rows_read, bytes_read = scan_statistics(frame)
-        return EndpointResult(name, meta, data, time.perf_counter() - start, rows_read, bytes_read)
+        answer = query.collect(self.frame(name, params), self.compiled.pipes[name])
+        columns = [column for column, _ in answer.meta]
+        data = [{n: jsonable(v) for n, v in zip(columns, row, strict=True)} for row in answer.rows]
+        return EndpointResult(name, answer.meta, data, time.perf_counter() - start, answer.rows_read,
+                              answer.bytes_read)
 
-
-@contextmanager
-def query_errors(pipe: CompiledPipe) -> Iterator[None]:
-    """A Spark error while planning or running a pipe's query (say, a division by zero under ANSI mode for
-    some parameter values) becomes a PF807 naming the pipe, never a traceback."""
-    try:
-        yield
-    except Exception as exc:
-        # pyspark may fail while converting a JVM error (a logging TypeError): the JVM error is its context
-        error = exc if _from_spark(exc) else exc.__context__
-        if error is None or not _from_spark(error):
-            raise
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        first = next((line for line in lines if ERROR_CLASS.search(line)), lines[0] if lines else type(error).__name__)
-        first = first[first.index("["):] if ERROR_CLASS.search(first) else first
-        raise PipeframeError("PF807", f"The query of `{pipe.name}` failed in Spark: {first}",
-                             f"Check the SQL of {pipe.definition.location.path} for these parameter values "
-                             f"(`pipeframe sql {pipe.name}` prints it).", http_status=500) from None
-
-
-ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]+\]")  # Spark's error classes, e.g. [DIVIDE_BY_ZERO]
-
-
-def _from_spark(exc: BaseException) -> bool:
-    return type(exc).__module__.startswith(("pyspark", "py4j"))
-
-
-def scan_statistics(frame: DataFrame) -> tuple[int, int]:
-    """(rows, bytes) read by the file scans of an executed DataFrame, from Spark's SQL metrics.
-
-    (0, 0) when the plan is not reachable (Spark Connect)."""
-    try:
-        plan = frame._jdf.queryExecution().executedPlan()  # the scan metrics live on the JVM plan
-    except Exception:  # noqa: BLE001
-        return 0, 0
-    rows = size = 0
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        kind = node.getClass().getSimpleName()
-        if kind == "AdaptiveSparkPlanExec":
-            stack.append(node.executedPlan())
-            continue
-        if kind.endswith("QueryStageExec"):
-            stack.append(node.plan())
-            continue
-        if "Scan" in kind:
-            metrics = node.metrics()
-            found = metrics.get("numOutputRows")
-            if found.isDefined():
-                rows += int(found.get().value())
-            found = metrics.get("filesSize")
-            if found.isDefined():
-                size += int(found.get().value())
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
-    return rows, size

@@ -16,16 +16,17 @@ from pipeframe.config import ProjectConfig, load_config
 from pipeframe.errors import Diagnostic, Location, PipeframeError
 
 if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import pipeframe` stays cheap
-    from pyspark.sql import DataFrame, SparkSession
-
     from pipeframe.compiler.compile import CompiledProject
     from pipeframe.endpoints import EndpointResult, Endpoints
     from pipeframe.engine.deploy import DeployResult
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.lifecycle import ViewStatus
     from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
-    from pipeframe.engine.warehouse import DeployedResource, Deployment, Warehouse
+    from pipeframe.engine.query import DataFrame
+    from pipeframe.engine.session import SparkSession
+    from pipeframe.engine.warehouse import Deployment, Warehouse
     from pipeframe.plan.diff import Change, Plan
+    from pipeframe.plan.snapshot import DeployedSnapshot
 
 
 @dataclass(frozen=True)
@@ -76,34 +77,65 @@ class Project:
     """
 
     def __init__(self, root: str | os.PathLike[str] = ".", env: str | None = None,
-                 environ: Mapping[str, str] | None = None, spark: SparkSession | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, spark: SparkSession | None = None,
+                 cache: bool = True) -> None:
         self._spark = spark
         self.root = Path(root).resolve()
         self.env = env
         self.environ = dict(os.environ if environ is None else environ)
+        # Reuse unchanged files' parse and compile results from `.pipeframe/cache/` (compiler/cache.py).
+        self.cache = cache and not self.environ.get("PIPEFRAME_NO_CACHE")
         if not self.root.is_dir():
             raise PipeframeError("PF004", f"Project folder `{root}` does not exist.",
                                  "Pass the folder that holds your .datasource and .pipe files, "
                                  "or create one with `pipeframe init`.", Location(str(root)))
+
+    def reload(self) -> Project:
+        """The same folder read again (after a save): a new compile, sharing this project's Spark session and, while
+        the warehouse setting is unchanged, its warehouse and deployed snapshot (no state-store read)."""
+        fresh = Project(self.root, self.env, self.environ, self._spark or self.__dict__.get("spark"), self.cache)
+        warehouse = self.__dict__.get("warehouse")
+        if warehouse is not None and fresh.config.warehouse_uri.rstrip("/") == warehouse.uri:
+            fresh.__dict__["warehouse"] = warehouse
+        return fresh
 
     @cached_property
     def config(self) -> ProjectConfig:
         return load_config(self.root, self.env, self.environ)
 
     def compile(self) -> CompiledProject:
-        """Parse and compile every datafile; problems are in the result's diagnostics (never raised)."""
+        """Parse and compile every datafile; problems are in the result's diagnostics (never raised). Files and
+        steps unchanged since the last run come from the check cache; the result is the same."""
+        import gc
+
+        from pipeframe.compiler.cache import CheckCache
         from pipeframe.compiler.compile import compile_project
         from pipeframe.datafiles.loader import load_resources
 
-        resources, diagnostics = load_resources(self.root, self.config.ignore, self.environ)
-        return compile_project(resources, self.config.vars, diagnostics)
+        # A compile makes ~100 objects per file that live on; the collector's passes over them (reading and
+        # writing the cache above all) cost more than the few cycles it would free meanwhile. Afterwards they go
+        # to the oldest generation as they are (freeze, unfreeze), not through one pass over all of them.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            cache = CheckCache.open(self.root, self.environ, self.config.environment) if self.cache else None
+            resources, diagnostics = load_resources(self.root, self.config.ignore, self.environ, cache)
+            compiled = compile_project(resources, self.config.vars, diagnostics, cache)
+            if cache is not None:
+                cache.save()
+        finally:
+            gc.freeze()
+            gc.unfreeze()
+            if collecting:
+                gc.enable()
+        return compiled
 
     @cached_property
     def compiled(self) -> CompiledProject:
         return self.compile()
 
     def check(self) -> CheckReport:
-        project = self.compile()
+        project = self.compiled
         return CheckReport(project, project.diagnostics)
 
     def require_valid(self) -> CompiledProject:
@@ -162,53 +194,37 @@ class Project:
 
         return Warehouse(self.spark, self.config.warehouse_uri)
 
+    @property
+    def snapshot(self) -> DeployedSnapshot:
+        """What is deployed: read from the warehouse's state store once, and kept up to date by this project's own
+        deploys and rebuilds."""
+        return self.warehouse.snapshot()
+
     def plan(self, allow_destructive: bool = False) -> Plan:
-        """What `deploy` would do: the files (desired) against the warehouse's state store (deployed)."""
-        from pipeframe.plan.diff import diff
+        """What `deploy` would do: the files (desired) against the deployed snapshot."""
+        from pipeframe.plan.diff import diff, refuse_dropping_what_is_read
         from pipeframe.plan.state import desired_state
 
-        deployed = self.warehouse.deployed()
+        deployed = self.snapshot
         compiled = self.compiled
         if compiled.errors:
-            self._refuse_dropping_what_is_read(compiled, deployed)
-            raise PipeframeError.many(compiled.errors)
-        states = {key: r.state for key, r in deployed.items()}
-        return diff(desired_state(compiled), states, allow_destructive=allow_destructive)
+            removed = {r.state.name for r in deployed.values() if r.state.has_table} - set(compiled.datasources)
+            refusal = refuse_dropping_what_is_read(removed, compiled.unresolved, compiled.errors)
+            raise refusal or PipeframeError.many(compiled.errors)
+        return diff(desired_state(compiled), deployed.states, allow_destructive=allow_destructive,
+                    base=deployed.fingerprint)
 
-    def _refuse_dropping_what_is_read(self, compiled: CompiledProject, deployed: Mapping) -> None:
-        """A deployed datasource whose file was removed while pipes still read it: a refused drop (exit 3)
-        listing its dependents, rather than a plain unknown-name error."""
-        import re
-
-        removed = {r.state.name for r in deployed.values() if r.state.has_table} - set(compiled.datasources)
-        readers: dict[str, list[str]] = {}
-        for d in compiled.errors:
-            match = re.search(r"Unknown table or node `([^`]+)`", d.message) if d.code == "PF301" else None
-            if match is None or match.group(1) not in removed:
-                return
-            reader = Path(d.location.path).stem if d.location else "?"
-            readers.setdefault(match.group(1), [])
-            if reader not in readers[match.group(1)]:
-                readers[match.group(1)].append(reader)
-        if readers:
-            from pipeframe.errors import Diagnostic, RefusedError
-
-            raise RefusedError.many(
-                Diagnostic("PF607", f"Cannot drop `{name}`: it is read by {', '.join(sorted(names))}.",
-                           "Remove or change those pipes first, then drop it (with --allow-destructive).")
-                for name, names in sorted(readers.items()))
-
-    def deploy(self, allow_destructive: bool = False,
-               on_step: Callable[[str, Change], None] | None = None) -> DeployResult:
-        """Apply the plan: create, alter, rebuild (beside the live version, then swap) and drop resources."""
+    def deploy(self, allow_destructive: bool = False, on_step: Callable[[str, Change], None] | None = None,
+               plan: Plan | None = None) -> DeployResult:
+        """Apply `plan` (by default `self.plan(allow_destructive)`): create, alter, rebuild (beside the live
+        version, then swap) and drop resources. A plan made from a deployed state that has changed since is
+        refused (PF608) and nothing is applied."""
         from pipeframe.engine.deploy import Deployer, DeployResult
-        from pipeframe.plan.state import desired_state
 
-        plan = self.plan(allow_destructive)
+        plan = self.plan(allow_destructive) if plan is None else plan
         if not plan.has_changes and not plan.refused:
             return DeployResult("", 0, plan)
-        order = list(desired_state(self.compiled))
-        return Deployer(self.spark, self.warehouse, on_step).apply(plan, order, git_commit(self.root))
+        return Deployer(self.spark, self.warehouse, on_step).apply(plan, git_commit(self.root))
 
     def history(self) -> list[Deployment]:
         return self.warehouse.history()
@@ -218,7 +234,7 @@ class Project:
                      on_progress: Callable[[BackfillProgress], None] | None = None) -> Materializer:
         from pipeframe.engine.materialize import Materializer
 
-        return Materializer(self.spark, self.warehouse, on_step=on_step, on_progress=on_progress)
+        return Materializer(self.spark, self.warehouse, self.snapshot, on_step=on_step, on_progress=on_progress)
 
     def append(self, name: str, data: object, format: str | None = None,
                on_step: Callable[[str], None] | None = None) -> IngestResult:
@@ -335,7 +351,7 @@ class Project:
     def optimize(self, name: str | None = None) -> list[str]:
         """Compact view states to one row per key, apply TTL, OPTIMIZE and VACUUM (config `retention_hours`)."""
         materializer = self.materializer()
-        names = [materializer.resolve(name).state.name if f"datasource:{name}" not in materializer.deployed
+        names = [materializer.resolve(name).state.name if materializer.deployed.table(name) is None
                  else name] if name else None
         return materializer.optimize(names, self.config.retention_hours)
 
@@ -369,15 +385,15 @@ class Project:
         if params:
             raise PipeframeError("PF801", f"There is no pipe `{sql_or_pipe}`; parameters need an endpoint pipe.",
                                  "Pass an endpoint pipe's name, or SQL without parameters.")
-        self.warehouse.register(self.warehouse.deployed())
+        self.warehouse.register(self.snapshot.values())
         return self.spark.sql(compile_query(sql_or_pipe))
 
-    def endpoints(self, deployed: Mapping[str, DeployedResource] | None = None) -> Endpoints:
-        """The project's endpoint pipes over the deployed tables (registered by name in the session); pass
-        `deployed` when it is already known, to skip reading the state store."""
+    def endpoints(self, deployed: DeployedSnapshot | None = None) -> Endpoints:
+        """The project's endpoint pipes over the deployed tables (registered by name in the session); `deployed`
+        defaults to this project's snapshot."""
         from pipeframe.endpoints import Endpoints
 
-        return Endpoints(self.compiled, self.spark, self.warehouse, deployed)
+        return Endpoints(self.compiled, self.spark, self.warehouse, self.snapshot if deployed is None else deployed)
 
     def endpoint(self, pipe: str, **params: Any) -> EndpointResult:
         """Call an endpoint pipe: its rows and Tinybird's `meta`/`statistics`, as the HTTP API answers."""

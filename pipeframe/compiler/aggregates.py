@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeframe.compiler.types import normalize_type
+from pipeframe.datafiles.types import normalize_type
 
 # Templates use {x} (the argument SQL), {y} (second argument), {c} (the state column) and {p} (parameters).
 

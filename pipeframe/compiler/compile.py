@@ -4,37 +4,29 @@ each materialized pipe's verdict), with every problem collected as a located dia
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
-
-from sqlglot import exp
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pipeframe.compiler.aggregates import BY_KIND, explicit_column_state, state_type_for
-from pipeframe.compiler.graph import DAG
-from pipeframe.compiler.incremental import NodeTree, Verdict, ViewContext, check_view
-from pipeframe.compiler.infer import Scope, infer
-from pipeframe.compiler.sql import inline, locate, parse_select, rename_tables, table_names, to_sql
-from pipeframe.compiler.states import ViewColumn, ViewPlan, plan_view, translate_merges
-from pipeframe.compiler.types import is_safe_cast
-from pipeframe.datafiles.model import Datasource, NodeType, Pipe, Resources
+from pipeframe.compiler.graph import DAG, ResourceKey
+from pipeframe.compiler.viewplan import ParsedNodes, Verdict, ViewColumn, ViewPlan
+from pipeframe.datafiles.model import Datasource, Node, NodeType, Pipe, Resources
 from pipeframe.errors import Diagnostic, DiagnosticSink, Location, PipeframeError
-from pipeframe.templating import Analysis, Parameter, analyze, render
+
+# The AST side (sqlglot, Jinja) is imported where it is used: a check answered from the cache never loads it.
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from pipeframe.compiler.incremental import NodeTree
+    from pipeframe.templating import Parameter
+
+_T = TypeVar("_T")
 
 FROM_JOIN = re.compile(r"\b(?:FROM|JOIN)\s+`?([A-Za-z_][A-Za-z0-9_]*)`?", re.IGNORECASE)
-
-
-@dataclass(frozen=True, order=True)
-class Ref:
-    """A node of the project graph. A materialized pipe may share its name with its target datasource."""
-
-    kind: str  # "datasource" | "pipe"
-    name: str
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)
@@ -72,15 +64,18 @@ class CompiledPipe:
     reads: tuple[str, ...]  # datasources and pipes it reads
     parameters: tuple[Parameter, ...]
     templated: bool
-    # Parsed nodes up to the output node, and pipes read by name (inlined as CTEs). SQL text is generated on
-    # first use so `check` never pays for it.
-    trees: tuple[tuple[str, exp.Query], ...] = field(compare=False, repr=False)
+    # Parsed nodes up to the output node (parsed on first use), and pipes read by name (inlined as CTEs). SQL
+    # text is generated on first use so `check` never pays for it.
+    trees: ParsedNodes = field(compare=False, repr=False)
     upstream: tuple[CompiledPipe, ...] = field(compare=False, repr=False)
     view: CompiledView | None = None
     target: str | None = None  # DATASOURCE (materialized) or TARGET_DATASOURCE (copy)
     variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def _statement(self, upto: int, trees_of: Callable[[CompiledPipe], list[tuple[str, exp.Query]]]) -> exp.Query:
+        from pipeframe.compiler.sql import inline
+        from pipeframe.compiler.states import translate_merges
+
         own = trees_of(self)
         ctes = _upstream_ctes(self, trees_of, set()) + own[:upto]
         return translate_merges(inline(ctes, own[upto][1]))  # type: ignore[return-value]
@@ -92,15 +87,22 @@ class CompiledPipe:
     @cached_property
     def sql(self) -> str:
         """One Spark SQL statement (templates rendered in analysis mode, Merge calls translated)."""
+        from pipeframe.compiler.sql import to_sql
+
         return to_sql(self.statement)
 
     @cached_property
     def node_sql(self) -> tuple[tuple[str, str], ...]:
         """Each node compiled on its own, with earlier nodes inlined."""
+        from pipeframe.compiler.sql import to_sql
+
         return tuple((name, to_sql(self._statement(i, _static_trees))) for i, (name, _) in enumerate(self.trees))
 
     def render(self, params: Mapping[str, Any]) -> str:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
+        from pipeframe.compiler.sql import parse_select, to_sql
+        from pipeframe.templating import render
+
         if not self.templated:
             return self.sql
 
@@ -126,6 +128,8 @@ def _upstream_ctes(pipe: CompiledPipe, trees_of: Callable[[CompiledPipe], list[t
                    seen: set[str]) -> list[tuple[str, exp.Query]]:
     """Pipes read by name become CTEs named after the pipe; their nodes are renamed `pipe__node` so that
     node names never clash (Spark SQL hoists nested CTEs), and a pipe read twice is inlined once."""
+    from pipeframe.compiler.sql import rename_tables
+
     ctes: list[tuple[str, exp.Query]] = []
     for upstream in pipe.upstream:
         if upstream.name in seen:
@@ -141,13 +145,33 @@ def _upstream_ctes(pipe: CompiledPipe, trees_of: Callable[[CompiledPipe], list[t
 
 
 @dataclass(frozen=True)
+class UnresolvedRead:
+    """A pipe reading a name that is neither a resource nor an earlier node (a PF301 error). Kept as data so a
+    deploy can tell "a removed datasource is still read" (a refused drop) from a plain typo."""
+
+    reader: str  # the pipe
+    name: str  # what it reads
+    diagnostic: Diagnostic
+
+
+@dataclass(frozen=True)
 class CompiledProject:
     datasources: Mapping[str, CompiledDatasource]
     pipes: Mapping[str, CompiledPipe]
-    order: tuple[Ref, ...]  # every resource, dependencies first
-    edges: tuple[tuple[Ref, Ref], ...]  # (from, to): data flows from → to
+    graph: DAG[ResourceKey]  # datasource → pipe → target datasource → ...; edges point at dependencies
     diagnostics: tuple[Diagnostic, ...]
     resources: Resources
+    unresolved: tuple[UnresolvedRead, ...] = ()
+
+    @property
+    def order(self) -> list[ResourceKey]:
+        """Every resource, dependencies first."""
+        return self.graph.sorted()
+
+    @property
+    def edges(self) -> list[tuple[ResourceKey, ResourceKey]]:
+        """(from, to) pairs: data flows from → to."""
+        return [(dep, node) for node in self.graph.nodes for dep in self.graph.dependencies(node)]
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -157,25 +181,56 @@ class CompiledProject:
     def views(self) -> list[CompiledView]:
         return [p.view for p in self.pipes.values() if p.view is not None]
 
-    def dependents(self, ref: Ref) -> list[Ref]:
-        return [b for a, b in self.edges if a == ref]
+
+
+@dataclass(frozen=True)
+class NodeScan:
+    """A node rendered in analysis mode and parsed: its SQL, its request parameters and the tables it names
+    (with where each is named). Plain data: the check cache keeps it."""
+
+    sql: str
+    parameters: tuple[Parameter, ...]
+    tables: tuple[tuple[str, Location], ...]
+
+
+class CompileMemo(Protocol):
+    """Where the costly compile steps' results are kept between runs: the check cache (`compiler/cache.py`)."""
+
+    def get(self, kind: str, name: str, key: str) -> Any | None: ...
+
+    def put(self, kind: str, name: str, key: str, value: Any) -> None: ...
+
+    def source_key(self, path: str) -> str | None:
+        """A digest of everything the resource parsed from `path` was made from, if known."""
+
+
+def fingerprint(inputs: object) -> str:
+    """A digest of a step's inputs (plain values and frozen dataclasses, whose repr shows every field)."""
+    return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()
 
 
 class Compiler:
-    """Compiles Resources into a CompiledProject; one instance per compile."""
+    """Compiles Resources into a CompiledProject; one instance per compile.
 
-    def __init__(self, resources: Resources, variables: Mapping[str, Any], diagnostics: list[Diagnostic]) -> None:
+    With a memo, the costly steps (rendering and parsing a pipe's nodes, a datasource's checks, a materialized
+    pipe's verdict and plan) are looked up by a digest of exactly what they read; resolving names and building
+    the graph, which are cheap and read the whole project, always run."""
+
+    def __init__(self, resources: Resources, variables: Mapping[str, Any], diagnostics: list[Diagnostic],
+                 memo: CompileMemo | None = None) -> None:
         self.resources = resources
         self.variables = variables
+        self.memo = memo
         self.sink = DiagnosticSink()
         self.sink.extend(diagnostics)
         self.datasource_defs = {d.name: d for d in resources.datasources}
         self.pipe_defs = {p.name: p for p in resources.pipes}
-        self.analyses: dict[tuple[str, str], Analysis] = {}
-        self.trees: dict[tuple[str, str], NodeTree] = {}
+        self.scans: dict[tuple[str, str], NodeScan] = {}
+        self.parsed: dict[tuple[str, str], exp.Query] = {}  # trees parsed in this run, by (pipe, node)
         self.reads: dict[str, list[str]] = {}
         self.datasources: dict[str, CompiledDatasource] = {}
         self.pipes: dict[str, CompiledPipe] = {}
+        self.unresolved: list[UnresolvedRead] = []
 
     # ------------------------------------------------------------------------------------------ driver
     def compile(self) -> CompiledProject:
@@ -193,7 +248,7 @@ class Compiler:
         if cycle:
             first = next((r for r in cycle if r.kind == "pipe"), cycle[0])
             start = self.pipe_defs.get(first.name) if first.kind == "pipe" else self.datasource_defs.get(first.name)
-            self.sink.error("PF302", f"Dependency cycle: {' → '.join(str(r) for r in reversed(cycle))}.",
+            self.sink.error("PF302", f"Dependency cycle: {' → '.join(r.name for r in reversed(cycle))}.",
                             "Break the cycle: a pipe cannot read, directly or not, the datasource it writes.",
                             start.location if start else None)
         order = graph.sorted()
@@ -202,9 +257,8 @@ class Compiler:
                 self._compile_landing(self.datasource_defs[ref.name])
             elif ref.kind == "pipe" and not cycle:
                 self._compile_pipe(self.pipe_defs[ref.name], targets)
-        edges = tuple((dep, node) for node in graph.nodes for dep in graph.dependencies(node))
-        return CompiledProject(self.datasources, self.pipes, tuple(order), edges, tuple(self.sink.sorted()),
-                               self.resources)
+        return CompiledProject(self.datasources, self.pipes, graph, tuple(self.sink.sorted()), self.resources,
+                               tuple(self.unresolved))
 
     def _targets(self) -> dict[str, str]:
         """target datasource -> the pipe that writes it (materialized or copy)."""
@@ -234,10 +288,12 @@ class Compiler:
             targets[target] = pipe.name
         return targets
 
-    def _unknown(self, name: str, where: Location, what: str, candidates: set[str]) -> None:
+    def _unknown(self, name: str, where: Location, what: str, candidates: set[str]) -> Diagnostic:
         close = difflib.get_close_matches(name, sorted(candidates), n=1)
         hint = f"Did you mean `{close[0]}`?" if close else "Create the resource, or fix the name."
-        self.sink.error("PF301", f"Unknown {what} `{name}`.", hint, where)
+        diagnostic = Diagnostic("PF301", f"Unknown {what} `{name}`.", hint, where)
+        self.sink.add(diagnostic)
+        return diagnostic
 
     # -------------------------------------------------------------------------------------- parsing
     def _parse_pipe(self, pipe: Pipe, targets: Mapping[str, str]) -> None:
@@ -247,40 +303,34 @@ class Compiler:
         output = pipe.output_node
         # Reading its own target is reported by the PF409 rule, not as a graph cycle.
         own_target = output.datasource if output is not None and output.type == "materialized" else None
-        for node in pipe.nodes:
-            try:
-                analysis = analyze(node.sql, variables=self.variables, location=node.sql_location)
-                tree = parse_select(analysis.sql, node.sql_location)
-            except PipeframeError as err:
-                self.sink.extend(err.diagnostics)
+        for node, scan in zip(pipe.nodes, self._scan_pipe(pipe)):
+            if not isinstance(scan, NodeScan):
+                self.sink.extend(scan)
                 seen_nodes.append(node.name)
                 continue
-            self.analyses[(pipe.name, node.name)] = analysis
-            nt = NodeTree(node, tree, analysis.sql, node.sql_location)
-            self.trees[(pipe.name, node.name)] = nt
-            for table in table_names(tree):
-                name = table.name
+            self.scans[(pipe.name, node.name)] = scan
+            for name, where in scan.tables:
                 if name in seen_nodes or name == own_target:
                     continue
                 if name == node.name:
                     self.sink.error("PF301", f"Node `{node.name}` reads itself.", "Read an earlier node or a "
-                                    "datasource.", locate(table, nt.sql, nt.base))
+                                    "datasource.", where)
                 elif name in known:
                     if name in self.pipe_defs and self.pipe_defs[name].type in ("materialized", "copy") \
                             and name not in targets and name not in self.datasource_defs:
                         target_pipe = self.pipe_defs[name]
                         target = target_pipe.typed_node.datasource or target_pipe.typed_node.target_datasource  # type: ignore[union-attr]
                         self.sink.error("PF301", f"`{name}` is a {target_pipe.type} pipe; it has no rows to read.",
-                                        f"Read its target datasource `{target}` instead.",
-                                        locate(table, nt.sql, nt.base))
+                                        f"Read its target datasource `{target}` instead.", where)
                     elif name == pipe.name and name not in targets:
                         self.sink.error("PF302", f"Pipe `{pipe.name}` reads itself.",
-                                        "Read an earlier node or a datasource.", locate(table, nt.sql, nt.base))
+                                        "Read an earlier node or a datasource.", where)
                     elif name not in reads:
                         reads.append(name)
                 else:
-                    self._unknown(name, locate(table, nt.sql, nt.base), "table or node", known | set(seen_nodes))
-            if analysis.sql != node.sql:
+                    diagnostic = self._unknown(name, where, "table or node", known | set(seen_nodes))
+                    self.unresolved.append(UnresolvedRead(pipe.name, name, diagnostic))
+            if scan.sql != node.sql:
                 # Tables read only in a template branch not taken in analysis mode still are dependencies.
                 for match in FROM_JOIN.finditer(node.sql):
                     name = match.group(1)
@@ -288,28 +338,92 @@ class Compiler:
                             and name != pipe.name:
                         reads.append(name)
             seen_nodes.append(node.name)
-            if node is output:
-                break
         self.reads[pipe.name] = reads
 
-    def _ref(self, name: str, targets: Mapping[str, str]) -> Ref:
-        """What a name in SQL means: a datasource (or view target) wins over a pipe of the same name."""
-        return Ref("datasource", name) if name in self.datasource_defs or name in targets else Ref("pipe", name)
+    def _scan_pipe(self, pipe: Pipe) -> tuple[NodeScan | tuple[Diagnostic, ...], ...]:
+        """Each node rendered and parsed (or its problems), stopping after the output node; the same for the
+        same pipe definition and project vars."""
+        return self._memo("scan", pipe.name, (self._source(pipe), self.variables), lambda: tuple(self._scan(pipe)))
 
-    def _graph(self, targets: Mapping[str, str]) -> DAG[Ref]:
-        graph: DAG[Ref] = DAG()
+    def _scan(self, pipe: Pipe) -> Iterator[NodeScan | tuple[Diagnostic, ...]]:
+        from pipeframe.compiler.sql import locate, parse_select, table_names
+        from pipeframe.templating import analyze
+
+        output = pipe.output_node
+        for node in pipe.nodes:
+            try:
+                analysis = analyze(node.sql, variables=self.variables, location=node.sql_location)
+                tree = parse_select(analysis.sql, node.sql_location)
+            except PipeframeError as err:
+                yield tuple(err.diagnostics)
+                continue
+            self.parsed[(pipe.name, node.name)] = tree
+            yield NodeScan(analysis.sql, analysis.parameters, tuple(
+                (table.name, locate(table, analysis.sql, node.sql_location)) for table in table_names(tree)))
+            if node is output:
+                break
+
+    def _node_tree(self, pipe: Pipe, node: Node) -> NodeTree:
+        """A scanned node with its tree, parsed again when the scan came from the check cache."""
+        from pipeframe.compiler.incremental import NodeTree
+        from pipeframe.compiler.sql import parse_select
+
+        scan = self.scans[(pipe.name, node.name)]
+        tree = self.parsed.get((pipe.name, node.name))
+        if tree is None:
+            tree = self.parsed[(pipe.name, node.name)] = parse_select(scan.sql, node.sql_location)
+        return NodeTree(node, tree, scan.sql, node.sql_location)
+
+    # ------------------------------------------------------------------------------------------ memo
+    def _memo(self, kind: str, name: str, inputs: object, step: Callable[[], _T]) -> _T:
+        """`step()`, or its value and the diagnostics it reported as the memo kept them for the same inputs."""
+        if self.memo is None:
+            return step()
+        key = fingerprint(inputs)
+        kept = self.memo.get(kind, name, key)
+        if kept is None:
+            outer, self.sink = self.sink, DiagnosticSink()
+            try:
+                value = step()
+            finally:
+                reported, self.sink = self.sink.items, outer
+            kept = (value, tuple(reported))
+            self.memo.put(kind, name, key, kept)
+        self.sink.extend(kept[1])
+        return kept[0]
+
+    def _source(self, resource: Datasource | Pipe | None) -> str | None:
+        """What a definition was parsed from, as a digest (its own content when the memo does not know it)."""
+        if resource is None:
+            return None
+        return (self.memo.source_key(resource.path) if self.memo else None) or fingerprint(resource)
+
+    def _columns_key(self, name: str) -> str | None:
+        compiled = self.datasources.get(name)
+        return fingerprint(compiled.columns) if compiled else None
+
+    def _ref(self, name: str, targets: Mapping[str, str]) -> ResourceKey:
+        """What a name in SQL means: a datasource (or view target) wins over a pipe of the same name."""
+        return ResourceKey.datasource(name) if name in self.datasource_defs or name in targets else ResourceKey.pipe(name)
+
+    def _graph(self, targets: Mapping[str, str]) -> DAG[ResourceKey]:
+        graph: DAG[ResourceKey] = DAG()
         for ds in self.resources.datasources:
-            graph.add(Ref("datasource", ds.name))
+            graph.add(ResourceKey.datasource(ds.name))
         for pipe in self.resources.pipes:
-            graph.add(Ref("pipe", pipe.name), [self._ref(n, targets) for n in self.reads.get(pipe.name, [])])
+            graph.add(ResourceKey.pipe(pipe.name), [self._ref(n, targets) for n in self.reads.get(pipe.name, [])])
         for target, pipe_name in targets.items():
-            graph.add(Ref("datasource", target), [Ref("pipe", pipe_name)])
+            graph.add(ResourceKey.datasource(target), [ResourceKey.pipe(pipe_name)])
         return graph
 
     # ---------------------------------------------------------------------------------- datasources
     def _compile_landing(self, ds: Datasource) -> None:
         if ds.name in self.datasources:
             return
+        compiled = self._memo("datasource", ds.name, self._source(ds), lambda: self._landing(ds))
+        self.datasources[ds.name] = compiled if compiled.definition is ds else replace(compiled, definition=ds)
+
+    def _landing(self, ds: Datasource) -> CompiledDatasource:
         columns = []
         for col in ds.columns:
             if col.aggregate_function and not col.simple_aggregate:
@@ -324,7 +438,7 @@ class Compiler:
             else:
                 columns.append(ViewColumn(col.name, col.type, value_type=col.type))
         self._check_keys(ds, {c.name for c in ds.columns})
-        self.datasources[ds.name] = CompiledDatasource(ds.name, ds, tuple(columns))
+        return CompiledDatasource(ds.name, ds, tuple(columns))
 
     def _check_keys(self, ds: Datasource, names: set[str]) -> None:
         for key in ds.sorting_key:
@@ -333,15 +447,14 @@ class Compiler:
         for keyword, text in (("ENGINE_PARTITION_KEY", ds.partition_key), ("ENGINE_TTL", ds.ttl)):
             if not text:
                 continue
-            try:
-                tree = parse_select(f"SELECT {text}", ds.where(keyword))
-            except PipeframeError:
+            columns = _key_columns(text)
+            if columns is None:
                 self.sink.error("PF307", f"{keyword} `{text}` is not a valid SQL expression.",
                                 "Write a Spark SQL expression over the columns, e.g. to_date(ts).", ds.where(keyword))
                 continue
-            for column in tree.find_all(exp.Column):
-                if column.name not in names:
-                    self._not_a_column(ds, column.name, keyword, names)
+            for column in columns:
+                if column not in names:
+                    self._not_a_column(ds, column, keyword, names)
 
     def _not_a_column(self, ds: Datasource, name: str, keyword: str, names: set[str]) -> None:
         close = difflib.get_close_matches(name, sorted(names), n=1)
@@ -366,10 +479,16 @@ class Compiler:
 
     def _node_scope(self, pipe: Pipe, base_scope: dict[str, str | None], upto: int) -> dict[str, str | None]:
         """Add the outputs of earlier nodes (as `node.col` and bare names) to a scope."""
+        from sqlglot import exp
+
+        from pipeframe.compiler.infer import infer
+
         scope = dict(base_scope)
         for node in pipe.nodes[:upto]:
-            nt = self.trees.get((pipe.name, node.name))
-            if nt is None or not isinstance(nt.tree, exp.Select):
+            if (pipe.name, node.name) not in self.scans:
+                continue
+            nt = self._node_tree(pipe, node)
+            if not isinstance(nt.tree, exp.Select):
                 continue
             node_scope = dict(scope)
             for projection in nt.tree.expressions:
@@ -382,18 +501,18 @@ class Compiler:
 
     def _compile_pipe(self, pipe: Pipe, targets: Mapping[str, str]) -> None:
         output = pipe.output_node
-        node_trees = []
+        nodes: list[Node] = []
         for node in pipe.nodes:
-            nt = self.trees.get((pipe.name, node.name))
-            if nt is None:
+            if (pipe.name, node.name) not in self.scans:
                 return
-            node_trees.append(nt)
+            nodes.append(node)
             if node is output:
                 break
         if output is None:
             return
+        scans = [self.scans[(pipe.name, node.name)] for node in nodes]
         parameters = self._parameters(pipe)
-        templated = any(self.analyses[(pipe.name, nt.node.name)].sql != nt.node.sql for nt in node_trees) or any(
+        templated = any(scan.sql != node.sql for node, scan in zip(nodes, scans)) or any(
             self._ref(other, targets).kind == "pipe" and other in self.pipes and self.pipes[other].templated
             for other in self.reads.get(pipe.name, []))
         upstream = tuple(self.pipes[name] for name in self.reads.get(pipe.name, [])
@@ -402,18 +521,29 @@ class Compiler:
         target = None
         if output.type == "materialized":
             target = output.datasource
-            view = self._compile_view(pipe, node_trees, parameters)
+            declared = self.datasource_defs.get(target or "")
+            # Everything the verdict and plan read: the pipe, the vars, its parameters, the columns of every table
+            # it names and the declared target. A changed upstream schema changes the key.
+            inputs = (self._source(pipe), self.variables, parameters, self._source(declared),
+                      [(name, self._columns_key(name)) for name in sorted({n for s in scans for n, _ in s.tables})])
+            view, written = self._memo("view", pipe.name, inputs, lambda: self._compile_view(pipe, nodes, parameters))
+            if written is not None:  # a kept view carries an equal copy of the declared target: use this run's
+                self.datasources[target] = written if written.definition is declared else \
+                    replace(written, definition=declared)  # type: ignore[index]
         elif output.type == "copy":
             target = output.target_datasource
+        parsed = [self.parsed.get((pipe.name, node.name)) for node in nodes]
+        trees = ParsedNodes(tuple((node.name, scan.sql, node.sql_location) for node, scan in zip(nodes, scans)),
+                            None if None in parsed else parsed)  # type: ignore[arg-type]
         self.pipes[pipe.name] = CompiledPipe(
             pipe.name, pipe, output.type, tuple(self.reads.get(pipe.name, [])), parameters, templated,
-            tuple((nt.node.name, nt.tree) for nt in node_trees), upstream, view, target, self.variables)
+            trees, upstream, view, target, self.variables)
 
     def _parameters(self, pipe: Pipe) -> tuple[Parameter, ...]:
         params: dict[str, Parameter] = {}
         for node in pipe.nodes:
-            analysis = self.analyses.get((pipe.name, node.name))
-            for param in analysis.parameters if analysis else ():
+            scan = self.scans.get((pipe.name, node.name))
+            for param in scan.parameters if scan else ():
                 params.setdefault(param.name, param)
         for name in self.reads.get(pipe.name, []):
             if name in self.datasource_defs or name not in self.pipes or self.pipes[name].view is not None:
@@ -422,7 +552,14 @@ class Compiler:
                 params.setdefault(param.name, param)
         return tuple(params.values())
 
-    def _compile_view(self, pipe: Pipe, node_trees: list[NodeTree], parameters: tuple[Parameter, ...]) -> CompiledView:
+    def _compile_view(self, pipe: Pipe, nodes: list[Node], parameters: tuple[Parameter, ...]
+                      ) -> tuple[CompiledView, CompiledDatasource | None]:
+        """The verdict and plan of a materialized pipe, and its target as the plan writes it (None if rejected)."""
+        from pipeframe.compiler.incremental import ViewContext, check_view
+        from pipeframe.compiler.sql import table_names
+        from pipeframe.compiler.states import plan_view
+
+        node_trees = [self._node_tree(pipe, node) for node in nodes]
         output = node_trees[-1].node
         target = output.datasource or ""
         for param in parameters:
@@ -448,18 +585,18 @@ class Compiler:
             except PipeframeError as err:
                 self.sink.extend(err.diagnostics)
                 rejected = True
-        if plan is not None:
-            self._materialize_target(pipe, target, plan)
+        written = self._materialize_target(pipe, target, plan) if plan is not None else None
         status = "rejected" if rejected or plan is None else ("rewritten" if plan.rewrites else "accepted")
         verdict = Verdict(status, plan.rewrites if plan else (), tuple(problems))  # type: ignore[arg-type]
         dims = tuple(dict.fromkeys(d for nt in node_trees for d in nt.node.dimensions))
-        return CompiledView(pipe.name, target, trigger, dims, verdict, plan)
+        return CompiledView(pipe.name, target, trigger, dims, verdict, plan), written
 
-    def _materialize_target(self, pipe: Pipe, target: str, plan: ViewPlan) -> None:
+    def _materialize_target(self, pipe: Pipe, target: str, plan: ViewPlan) -> CompiledDatasource:
+        from pipeframe.compiler.types import is_safe_cast
+
         declared = self.datasource_defs.get(target)
         if declared is None:
-            self.datasources[target] = CompiledDatasource(target, None, plan.columns, pipe.name)
-            return
+            return CompiledDatasource(target, None, plan.columns, pipe.name)
         node = pipe.output_node
         where = node.where("DATASOURCE") if node else pipe.location
         declared_names = [c.name for c in declared.columns]
@@ -495,24 +632,42 @@ class Compiler:
                                 f"Add `{name}` to the SELECT of {pipe.name} or remove it from {declared.path}.",
                                 decl.location if decl else declared.location)
         self._check_keys(declared, set(declared_names))
-        self.datasources[target] = CompiledDatasource(target, declared, tuple(columns), pipe.name)
+        return CompiledDatasource(target, declared, tuple(columns), pipe.name)
 
 
 def _state(column: ViewColumn):
     return BY_KIND.get(column.state) if column.state else None
 
 
+@lru_cache(maxsize=1024)
+def _key_columns(text: str) -> tuple[str, ...] | None:
+    """The columns an ENGINE_PARTITION_KEY / ENGINE_TTL expression uses, None if it is not valid SQL (the same
+    few expressions recur across datasources, so each is parsed once)."""
+    from sqlglot import exp
+
+    from pipeframe.compiler.sql import parse_select
+
+    try:
+        tree = parse_select(f"SELECT {text}", Location("<key>"))
+    except PipeframeError:
+        return None
+    return tuple(column.name for column in tree.find_all(exp.Column))
+
+
 def compile_project(resources: Resources, variables: Mapping[str, Any] | None = None,
-                    diagnostics: list[Diagnostic] | None = None) -> CompiledProject:
-    """Compile parsed resources; every problem lands in ``CompiledProject.diagnostics``."""
-    return Compiler(resources, variables or {}, diagnostics or []).compile()
+                    diagnostics: list[Diagnostic] | None = None, memo: CompileMemo | None = None) -> CompiledProject:
+    """Compile parsed resources; every problem lands in ``CompiledProject.diagnostics``. With a `memo` (the check
+    cache), unchanged steps are not run again; the result is the same."""
+    return Compiler(resources, variables or {}, diagnostics or [], memo).compile()
 
 
-__all__ = ["CompiledDatasource", "CompiledPipe", "CompiledProject", "CompiledView", "Scope", "compile_project"]
+__all__ = ["CompiledDatasource", "CompiledPipe", "CompiledProject", "CompiledView", "compile_project"]
 
 
 def compile_query(sql: str) -> str:
     """An ad-hoc query (`pipeframe query`) as Spark SQL: State/Merge combinators translated."""
+    from pipeframe.compiler.sql import parse_select, to_sql
+    from pipeframe.compiler.states import translate_merges
     from pipeframe.errors import Location as _Location
 
     return to_sql(translate_merges(parse_select(sql, _Location("<query>"))))

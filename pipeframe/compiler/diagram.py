@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pipeframe.compiler.compile import CompiledProject, Ref
+from pipeframe.compiler.compile import CompiledProject
+from pipeframe.compiler.graph import ResourceKey
 
 
-def _kind(project: CompiledProject, ref: Ref) -> str:
+def _kind(project: CompiledProject, ref: ResourceKey) -> str:
     if ref.kind == "pipe":
         return project.pipes[ref.name].type or "pipe" if ref.name in project.pipes else "pipe"
     ds = project.datasources.get(ref.name)
@@ -14,7 +15,7 @@ def _kind(project: CompiledProject, ref: Ref) -> str:
     return "datasource"
 
 
-def _id(ref: Ref) -> str:
+def _id(ref: ResourceKey) -> str:
     return f"{ref.kind}_{ref.name}"
 
 

@@ -1,22 +1,57 @@
-"""A small generic dependency graph: nodes, edges, a stable topological order and cycle detection.
-
-Used for the project graph (datasource → pipe → target datasource → ...) and for node order inside a pipe.
-"""
+"""The project graph: typed resource keys and one small generic DAG (topological order, dependents,
+downstream, drop order, cycles), used by the compiler, the deploy plan and the engine alike."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 T = TypeVar("T", bound=Hashable)
+
+KeyKind = Literal["datasource", "pipe"]
+
+
+@dataclass(frozen=True, order=True)
+class ResourceKey:
+    """A resource's identity: its kind and name. A materialized pipe may share its name with its target, so the
+    kind is part of the key. Written as ``datasource:sales`` / ``pipe:top_products`` in the state store."""
+
+    kind: KeyKind
+    name: str
+
+    @classmethod
+    def datasource(cls, name: str) -> ResourceKey:
+        return cls("datasource", name)
+
+    @classmethod
+    def pipe(cls, name: str) -> ResourceKey:
+        return cls("pipe", name)
+
+    @classmethod
+    def parse(cls, text: str) -> ResourceKey:
+        kind, sep, name = text.partition(":")
+        if not sep or kind not in ("datasource", "pipe"):
+            raise ValueError(f"not a resource key: {text!r}")
+        return cls(kind, name)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
 
 
 @dataclass
 class DAG(Generic[T]):
-    """Edges point from a node to what it depends on (``add(pipe, [datasource])``)."""
+    """Edges point from a node to what it depends on (``add(pipe, [datasource])``); insertion order breaks ties."""
 
     _deps: dict[T, list[T]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, dependencies: Iterable[tuple[T, Iterable[T]]]) -> DAG[T]:
+        """A DAG from (node, its dependencies) pairs."""
+        dag: DAG[T] = cls()
+        for node, deps in dependencies:
+            dag.add(node, deps)
+        return dag
 
     def add(self, node: T, dependencies: Iterable[T] = ()) -> None:
         deps = self._deps.setdefault(node, [])
@@ -24,6 +59,9 @@ class DAG(Generic[T]):
             self._deps.setdefault(dep, [])
             if dep not in deps:
                 deps.append(dep)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._deps
 
     @property
     def nodes(self) -> list[T]:
@@ -33,18 +71,25 @@ class DAG(Generic[T]):
         return list(self._deps.get(node, ()))
 
     def dependents(self, node: T) -> list[T]:
+        """The nodes that depend on ``node`` directly."""
         return [n for n, deps in self._deps.items() if node in deps]
 
-    def downstream(self, node: T) -> list[T]:
-        """Every node that depends on ``node``, directly or not, in topological order."""
+    def downstream(self, nodes: Iterable[T]) -> list[T]:
+        """Every node that depends on any of ``nodes``, directly or not, in topological order (``nodes`` excluded
+        unless one depends on another)."""
         seen: set[T] = set()
-        stack = [node]
+        stack = list(nodes)
         while stack:
             for dependent in self.dependents(stack.pop()):
                 if dependent not in seen:
                     seen.add(dependent)
                     stack.append(dependent)
         return [n for n in self.sorted() if n in seen]
+
+    def drop_order(self, nodes: Iterable[T]) -> list[T]:
+        """``nodes`` ordered so that nothing comes before what depends on it (dependents first)."""
+        wanted = set(nodes)
+        return [n for n in reversed(self.sorted()) if n in wanted]
 
     def find_cycle(self) -> list[T] | None:
         """One cycle as a path whose last element repeats the first, or None."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from sqlglot import exp
 
@@ -18,8 +17,6 @@ from pipeframe.compiler.functions import NON_DETERMINISTIC, aggregates_in, call_
 from pipeframe.compiler.sql import locate
 from pipeframe.datafiles.model import Node, Pipe
 from pipeframe.errors import Diagnostic, Location, Severity
-
-VerdictStatus = Literal["accepted", "rewritten", "rejected"]
 
 
 @dataclass(frozen=True)
@@ -30,13 +27,6 @@ class NodeTree:
     tree: exp.Query
     sql: str
     base: Location
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: VerdictStatus
-    rewrites: tuple[str, ...] = ()
-    problems: tuple[Diagnostic, ...] = ()
 
 
 @dataclass

@@ -12,7 +12,8 @@ from sqlglot import exp
 from pipeframe.compiler.aggregates import BY_PLAIN_NAME, state_type_for
 from pipeframe.compiler.functions import call_of, combinator
 from pipeframe.compiler.sql import DIALECT
-from pipeframe.compiler.types import TypeProblem, from_sqlglot, normalize_type
+from pipeframe.compiler.types import from_sqlglot
+from pipeframe.datafiles.types import TypeProblem, normalize_type
 
 Scope = Mapping[str, str | None]  # column name (and `alias.column`) -> Spark type
 

@@ -3,10 +3,6 @@ rows, and describes how the target's columns finalize when the target is read by
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
-
 import sqlglot
 from sqlglot import exp
 
@@ -15,64 +11,12 @@ from pipeframe.compiler.functions import aggregates_in, call_of, combinator
 from pipeframe.compiler.incremental import ViewContext
 from pipeframe.compiler.infer import Scope, infer
 from pipeframe.compiler.sql import DIALECT, inline, rename_tables, to_sql
+from pipeframe.compiler.viewplan import ParsedNodes, StateSelect, ViewColumn, ViewPlan
 
 BATCH_RELATION = "__pf_batch"  # the engine registers the block of new source rows under this name
 VALUE_TYPES = {"count": "BIGINT", "count_if": "BIGINT", "avg": "DOUBLE", "uniq": "BIGINT", "uniq_exact": "INT",
                "quantiles": "DOUBLE", "var_samp": "DOUBLE", "var_pop": "DOUBLE", "stddev_samp": "DOUBLE",
                "stddev_pop": "DOUBLE"}
-
-
-@dataclass(frozen=True)
-class ViewColumn:
-    """A column of a materialized target: a key, a plain value, or a state."""
-
-    name: str
-    type: str | None  # physical type (the state's type for state columns); None: Spark decides at deploy
-    state: str | None = None  # AggregateState.kind
-    params: tuple[str, ...] = ()
-    value_type: str | None = None  # the type users see when reading the target by name
-    explicit: bool = False  # written as xState(...): reads return the merged state, for xMerge(...)
-
-    def read_sql(self) -> str:
-        """How reading the target by name presents this column (over the grouped state rows)."""
-        col = f"`{self.name}`"
-        if self.state is None:
-            return col
-        state = BY_KIND[self.state]
-        sql = state.combine_sql(col) if self.explicit else state.finalize_sql(col, list(self.params))
-        return f"{sql} AS {col}"
-
-
-@dataclass(frozen=True)
-class ViewPlan:
-    keys: tuple[str, ...]
-    columns: tuple[ViewColumn, ...]
-    rewrites: tuple[str, ...]
-    aggregated: bool
-    build_state_sql: Callable[[], str] = field(compare=False, repr=False)
-
-    @cached_property
-    def state_sql(self) -> str:
-        """The SELECT that turns the block of new rows (`__pf_batch`) into state rows for the target."""
-        return self.build_state_sql()
-
-    def read_sql(self, relation: str) -> str:
-        """SELECT over the physical target that merges state rows per key into user-visible values."""
-        if not self.aggregated:
-            return f"SELECT * FROM {relation}"
-        cols = ", ".join(c.read_sql() for c in self.columns)
-        group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
-        return f"SELECT {cols} FROM {relation}{group}"
-
-    def compact_sql(self, relation: str) -> str:
-        """SELECT that folds state rows into one row per key, still as states (for optimize)."""
-        if not self.aggregated:
-            return f"SELECT * FROM {relation}"
-        cols = ", ".join(
-            f"`{c.name}`" if c.state is None else f"{BY_KIND[c.state].combine_sql(f'`{c.name}`')} AS `{c.name}`"
-            for c in self.columns)
-        group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
-        return f"SELECT {cols} FROM {relation}{group}"
 
 
 def _params_of(call_args: tuple[exp.Expression, ...]) -> list[str]:
@@ -172,25 +116,27 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
             rewrites.append(note)
         columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))
 
-    earlier = [(nt.node.name, nt.tree) for nt in ctx.nodes[:-1]]
-    trigger = ctx.trigger
+    nodes = ParsedNodes(tuple((nt.node.name, nt.sql, nt.base) for nt in ctx.nodes), [nt.tree for nt in ctx.nodes])
+    select = StateSelect(nodes, tuple(replacements.items()), distinct_to_group, ctx.trigger)
+    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, select)
 
-    def build() -> str:
-        new_tree = tree.copy()
-        if distinct_to_group:
-            new_tree.set("distinct", None)
-            new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
-                                                         for i in range(len(new_tree.expressions))]))
-        for index, sql in replacements.items():
-            projection = new_tree.expressions[index]
-            projection.replace(exp.alias_(sqlglot.parse_one(sql, read=DIALECT), projection.alias_or_name,
-                                          quoted=True))
-        assembled = inline(earlier, new_tree)
-        if trigger:
-            assembled = rename_tables(assembled, {trigger: BATCH_RELATION})
-        return to_sql(assembled)
 
-    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, build)
+def build_state_sql(select: StateSelect) -> str:
+    """The state SQL of a view: its output node with the state expressions in place, earlier nodes inlined and the
+    trigger read from the batch of new rows."""
+    *earlier, (_, tree) = select.nodes
+    new_tree = tree.copy()
+    if select.distinct_to_group:
+        new_tree.set("distinct", None)
+        new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
+                                                     for i in range(len(new_tree.expressions))]))
+    for index, sql in select.replacements:
+        projection = new_tree.expressions[index]
+        projection.replace(exp.alias_(sqlglot.parse_one(sql, read=DIALECT), projection.alias_or_name, quoted=True))
+    assembled = inline(earlier, new_tree)
+    if select.trigger:
+        assembled = rename_tables(assembled, {select.trigger: BATCH_RELATION})
+    return to_sql(assembled)
 
 
 def translate_merges(tree: exp.Expression) -> exp.Expression:

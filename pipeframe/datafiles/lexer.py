@@ -5,10 +5,11 @@ Handles `#` comments, `$VAR`/`${VAR}` substitution and `INCLUDE` splicing, keepi
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeframe.errors import DiagnosticSink, Location
@@ -85,6 +86,28 @@ def read_lines(path: Path, display_path: str, sink: DiagnosticSink) -> list[Sour
     return [SourceLine(text, Location(display_path, n)) for n, text in enumerate(raw.split("\n"), start=1)]
 
 
+def file_digest(path: Path) -> str | None:
+    """A digest of a file's bytes; None when it is not a readable file."""
+    try:
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    except OSError:
+        return None
+
+
+@dataclass
+class Inputs:
+    """What one file's statements were made from besides its own text: every file an INCLUDE looked for, with
+    its digest when it was looked at (None: not a file), and every `$NAME` it substitutes. The check cache reuses
+    the parsed file while all of them are unchanged."""
+
+    files: dict[str, str | None] = field(default_factory=dict)
+    variables: set[str] = field(default_factory=set)
+
+    def look(self, path: Path) -> None:
+        if str(path) not in self.files:
+            self.files[str(path)] = file_digest(path)
+
+
 def _is_file(path: Path) -> bool:
     """Like Path.is_file, but a path the OS cannot even look up (too long, ...) is simply not a file."""
     try:
@@ -96,22 +119,34 @@ def _is_file(path: Path) -> bool:
 class Lexer:
     """Turns a file's lines into statements, expanding INCLUDEs and variables on the way."""
 
-    def __init__(self, root: Path, environ: Mapping[str, str], sink: DiagnosticSink) -> None:
+    def __init__(self, root: Path, environ: Mapping[str, str], sink: DiagnosticSink, record: bool = False) -> None:
         self.root = root
         self.environ = environ
         self.sink = sink
+        self.record = record  # keep each file's Inputs in `self.inputs`, for the check cache
+        self.inputs: Inputs | None = None
+        self._resolved: dict[Path, Path] = {}
+
+    def resolve(self, path: Path) -> Path:
+        """`path.resolve()`, once per path: the parser asks for each file's display path more than once."""
+        resolved = self._resolved.get(path)
+        if resolved is None:
+            resolved = self._resolved[path] = path.resolve()
+        return resolved
 
     def display(self, path: Path) -> str:
         try:
-            return str(path.resolve().relative_to(self.root))
+            return str(self.resolve(path).relative_to(self.root))
         except ValueError:
             return str(path)
 
     def statements(self, path: Path) -> list[Statement]:
+        """The file's statements; when recording, what else they were made from is left in `self.inputs`."""
+        self.inputs = Inputs() if self.record else None
         lines = read_lines(path, self.display(path), self.sink)
         if lines is None:
             return []
-        return self._statements(self._expand(lines, path, {}, 0, (path.resolve(),)))
+        return self._statements(self._expand(lines, path, {}, 0, (self.resolve(path),)))
 
     def _expand(self, lines: list[SourceLine], path: Path, include_vars: Mapping[str, str],
                 depth: int, chain: tuple[Path, ...]) -> list[SourceLine]:
@@ -126,7 +161,10 @@ class Lexer:
             if text.startswith("INCLUDE ") or text.strip() == "INCLUDE":
                 out.extend(self._include(line, path, include_vars, depth, chain))
                 continue
-            out.append(SourceLine(substitute(text, variables, line.location, self.sink), line.location))
+            if self.inputs is not None and "$" in text:
+                self.inputs.variables.update(m.group(1) or m.group(2) for m in VAR_PATTERN.finditer(text))
+            substituted = substitute(text, variables, line.location, self.sink)
+            out.append(line if substituted is text else SourceLine(substituted, line.location))
         return out
 
     def _include(self, line: SourceLine, path: Path, include_vars: Mapping[str, str],
@@ -145,7 +183,13 @@ class Lexer:
             self.sink.error("PF106", f"INCLUDE nested more than {MAX_INCLUDE_DEPTH} levels deep (a loop?).",
                             "Remove the INCLUDE that includes its own includer.", where)
             return []
-        target = next((c for c in (path.parent / args[0], self.root / args[0]) if _is_file(c)), None)
+        target = None
+        for candidate in (path.parent / args[0], self.root / args[0]):
+            if self.inputs is not None:
+                self.inputs.look(candidate)  # before reading: an edit from now on is seen by the next run
+            if _is_file(candidate):
+                target = candidate
+                break
         if target is None:
             self.sink.error("PF106", f"Included file `{args[0]}` does not exist.",
                             "Give the path relative to this file or to the project root.", where)

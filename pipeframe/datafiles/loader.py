@@ -9,9 +9,11 @@ import fnmatch
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
+from pipeframe.datafiles.lexer import Inputs, Lexer
 from pipeframe.datafiles.model import Datasource, Pipe, Resources
-from pipeframe.datafiles.parser import is_identifier, make_lexer, parse_file
+from pipeframe.datafiles.parser import is_identifier, parse_file
 from pipeframe.errors import Diagnostic, DiagnosticSink, Location
 
 RESOURCE_SUFFIXES = (".datasource", ".pipe")
@@ -39,13 +41,22 @@ def _ignored(rel: str, patterns: tuple[str, ...]) -> bool:
                for p in patterns)
 
 
-def load_resources(root: Path, ignore: tuple[str, ...] = (),
-                   environ: Mapping[str, str] | None = None) -> tuple[Resources, list[Diagnostic]]:
+class ParseCache(Protocol):
+    """Parsed files kept between runs (the check cache): a file's result is reused while its text and its
+    Inputs (included files, environment variables) are unchanged."""
+
+    def parsed(self, rel: str, path: Path) -> tuple[Datasource | Pipe | None, tuple[Diagnostic, ...]] | None: ...
+
+    def keep(self, rel: str, inputs: Inputs, resource: Datasource | Pipe | None,
+             diagnostics: tuple[Diagnostic, ...]) -> None: ...
+
+
+def load_resources(root: Path, ignore: tuple[str, ...] = (), environ: Mapping[str, str] | None = None,
+                   cache: ParseCache | None = None) -> tuple[Resources, list[Diagnostic]]:
     """Parse every datafile under ``root``; returns the resources and every problem found."""
     environ = dict(os.environ) if environ is None else environ
     root = root.resolve()
     sink = DiagnosticSink()
-    lexer = make_lexer(root, environ, sink)
     datasources: list[Datasource] = []
     pipes: list[Pipe] = []
     fixtures: list[str] = []
@@ -54,27 +65,42 @@ def load_resources(root: Path, ignore: tuple[str, ...] = (),
     owners: dict[tuple[str, str], str] = {}  # (suffix, name) -> file; a pipe may share its target's name
     for path in discover(root, ignore):
         rel = str(path.relative_to(root))
-        if path.suffix in RESOURCE_SUFFIXES:
+        suffix, stem = path.suffix, path.stem  # pathlib recomputes them on every access
+        if suffix in RESOURCE_SUFFIXES:
             files.append(rel)
-            if not is_identifier(path.stem):
-                sink.error("PF104", f"Resource name `{path.stem}` (from the file name) is not a valid identifier.",
+            if not is_identifier(stem):
+                sink.error("PF104", f"Resource name `{stem}` (from the file name) is not a valid identifier.",
                            "Rename the file using letters, digits and underscores, not starting with a digit.",
                            Location(rel))
                 continue
-            if (path.suffix, path.stem) in owners:
-                sink.error("PF105", f"Resource name `{path.stem}` is already used by "
-                           f"{owners[(path.suffix, path.stem)]}.",
+            if (suffix, stem) in owners:
+                sink.error("PF105", f"Resource name `{stem}` is already used by {owners[(suffix, stem)]}.",
                            "Rename one of the files: names are unique across the project.", Location(rel))
                 continue
-            owners[(path.suffix, path.stem)] = rel
-            resource = parse_file(path, lexer, sink)
+            owners[(suffix, stem)] = rel
+            resource = _parse(path, rel, root, environ, sink, cache)
             if isinstance(resource, Datasource):
                 datasources.append(resource)
             elif isinstance(resource, Pipe):
                 pipes.append(resource)
-        elif path.suffix in FIXTURE_SUFFIXES:
+        elif suffix in FIXTURE_SUFFIXES:
             fixtures.append(rel)
-        elif path.suffix in (".yaml", ".yml") and "tests" in Path(rel).parts[:-1]:
+        elif suffix in (".yaml", ".yml") and "tests" in Path(rel).parts[:-1]:
             tests.append(rel)
     resources = Resources(tuple(datasources), tuple(pipes), tuple(fixtures), tuple(tests), tuple(files))
     return resources, sink.items
+
+
+def _parse(path: Path, rel: str, root: Path, environ: Mapping[str, str], sink: DiagnosticSink,
+           cache: ParseCache | None) -> Datasource | Pipe | None:
+    """One file's resource and its own problems, all of them (the project's sink drops one another file already
+    reported, e.g. from a shared include): from the cache while nothing it was made from changed."""
+    kept = cache.parsed(rel, path) if cache is not None else None
+    if kept is None:
+        found = DiagnosticSink()
+        lexer = Lexer(root, environ, found, record=cache is not None)
+        kept = parse_file(path, lexer, found), tuple(found.items)
+        if cache is not None:
+            cache.keep(rel, lexer.inputs or Inputs(), *kept)
+    sink.extend(kept[1])
+    return kept[0]

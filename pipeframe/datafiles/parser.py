@@ -10,9 +10,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeframe.compiler.types import TypeProblem, parse_column_type
 from pipeframe.datafiles.lexer import Lexer, SourceLine, Statement
 from pipeframe.datafiles.model import Column, Datasource, Node, Pipe, Token
+from pipeframe.datafiles.types import TypeProblem, parse_column_type
 from pipeframe.errors import DiagnosticSink, Location
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -8,15 +8,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine import tables
-from pipeframe.engine.warehouse import DeployedResource, Warehouse, _first_line, new_deployment_id, now, quote_path
+from pipeframe.engine.warehouse import Warehouse, new_deployment_id, now
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.diff import Change, Plan
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
+from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+
+Live = dict[ResourceKey, DeployedResource]
+
+
+class ConflictingPlan(PipeframeError):
+    """The deployed state changed between making a plan and applying it (another deploy or a rebuild landed)."""
+
+    exit_code = 4
+    http_status = 409
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,9 @@ class Deployer:
         self.warehouse = warehouse
         self.on_step = on_step or (lambda _step, _change: None)
 
-    def apply(self, plan: Plan, desired_order: list[str], git_commit: str | None) -> DeployResult:
+    def apply(self, plan: Plan, git_commit: str | None) -> DeployResult:
+        """Apply `plan` under the deploy lock, to the deployed state it was made from: when another deploy (or a
+        rebuild) changed that state since the plan was made, nothing is applied (ConflictingPlan, PF608)."""
         if plan.refused:
             raise PipeframeError("PF604", f"The plan has {len(plan.refused)} refused change(s); nothing was deployed.",
                                  "Fix the refused changes shown in the plan (or pass --allow-destructive for drops).")
@@ -43,20 +57,26 @@ class Deployer:
         self.warehouse.acquire_lock(deployment)
         created: list[str] = []
         try:
+            deployed = self.warehouse.snapshot(fresh=True)
+            if plan.base is not None and deployed.fingerprint != plan.base:
+                raise ConflictingPlan(
+                    "PF608", "The deployed state changed since this plan was made (another deploy or a view rebuild "
+                    "landed meanwhile); nothing was applied.",
+                    "Run the command again: it plans against what is deployed now.")
             self.warehouse.record_start(deployment, git_commit, plan.to_json())
-            deployed = self.warehouse.deployed()
-            live = dict(deployed)
+            live: Live = dict(deployed)
             for change in plan.changes:
                 self.on_step("start", change)
                 self._apply_change(change, live, created)
                 self.on_step("done", change)
-            order = [k for k in desired_order if k in live]
-            self.warehouse.commit(deployment, [live[k] for k in order], order)
+            self.warehouse.commit(deployment, live.values())
         except BaseException as exc:
             self._cleanup(created)
-            message = exc.diagnostics[0].message if isinstance(exc, PipeframeError) else _first_line(exc)
+            started = not isinstance(exc, ConflictingPlan)
+            message = exc.diagnostics[0].message if isinstance(exc, PipeframeError) else first_line(exc)
             try:
-                self.warehouse.record_failure(deployment, message)
+                if started:
+                    self.warehouse.record_failure(deployment, message)
             finally:
                 self.warehouse.release_lock(deployment)
             if isinstance(exc, PipeframeError) or not isinstance(exc, Exception):
@@ -76,8 +96,7 @@ class Deployer:
                 self._apply_ttl(after)
         return DeployResult(deployment, len(plan.pending), plan)
 
-    def _reset_view_records(self, plan: Plan, before: dict[str, DeployedResource],
-                            after: dict[str, DeployedResource]) -> None:
+    def _reset_view_records(self, plan: Plan, before: DeployedSnapshot, after: Live) -> None:
         """A view built anew starts clean: no error, not stale, and paused only if paused with --permanent."""
         records = self.warehouse.view_records()
         for change in plan.pending:
@@ -90,7 +109,7 @@ class Deployer:
                                                         error=None, backfill=None))
 
     # --------------------------------------------------------------------------------- changes
-    def _apply_change(self, change: Change, live: dict[str, DeployedResource], created: list[str]) -> None:
+    def _apply_change(self, change: Change, live: Live, created: list[str]) -> None:
         desired, current = change.desired, live.get(change.key)
         if change.action == "unchanged":
             return
@@ -127,7 +146,7 @@ class Deployer:
             self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({', '.join(f'`{n}` {t}' for n, t in missing)})")
         properties = {"comment": desired.description, "pipeframe.ttl": desired.ttl or "",
                       "delta.enableChangeDataFeed": "true"}
-        props = ", ".join(f"'{k}' = {tables.sql_literal(v)}" for k, v in properties.items())
+        props = ", ".join(f"'{k}' = {quote_string(v)}" for k, v in properties.items())
         self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({props})")
         before = change.deployed
         if before is not None and before.sorting_key != desired.sorting_key and not desired.partition_key:
@@ -135,11 +154,12 @@ class Deployer:
             self.spark.sql(f"ALTER TABLE {table} CLUSTER BY ({keys})" if desired.sorting_key
                            else f"ALTER TABLE {table} CLUSTER BY NONE")
 
-    def _backfill(self, view: DeployedResource, live: dict[str, DeployedResource]) -> None:
+    def _backfill(self, view: DeployedResource, live: Live) -> None:
         from pipeframe.engine.materialize import Materializer
 
-        self.warehouse.register(live)
-        materializer = Materializer(self.spark, self.warehouse, deployed=live)
+        snapshot = DeployedSnapshot.of(live.values())
+        self.warehouse.register(snapshot.values())
+        materializer = Materializer(self.spark, self.warehouse, snapshot)
         materializer.backfill_new_table(view)
 
     def _carry_over(self, current: DeployedResource, desired: ResourceState, path: str) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeframe.datafiles.model import Column, Datasource
-from pipeframe.engine.tables import sql_literal
-from pipeframe.engine.warehouse import DeployedResource, Warehouse, _first_line, quote_path
+from pipeframe.engine.warehouse import DeployedResource, Warehouse
 from pipeframe.errors import PipeframeError
+from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,7 +75,7 @@ def read_file(spark: SparkSession, path: str, fmt: str, datasource: Datasource) 
     except PipeframeError:
         raise
     except Exception as exc:  # noqa: BLE001 — an unreadable file is the user's to fix, not a crash
-        raise PipeframeError("PF712", f"Cannot read `{path}` as {fmt}: {_first_line(exc)}",
+        raise PipeframeError("PF712", f"Cannot read `{path}` as {fmt}: {first_line(exc)}",
                              "Check the file's format, or pass --format.") from None
 
 
@@ -102,7 +102,7 @@ def conform_lines(spark: SparkSession, lines: list[str], datasource: Datasource)
 
 def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
     """NDJSON lines: each column read from its `json:` path (or its name), then cast."""
-    values = {c: f"get_json_object(`{RAW}`, {sql_literal(_json_path(c))})" for c in datasource.columns}
+    values = {c: f"get_json_object(`{RAW}`, {quote_string(_json_path(c))})" for c in datasource.columns}
     not_json = f"CASE WHEN get_json_object(`{RAW}`, '$') IS NULL THEN 'line is not valid JSON' END"
     return _typed(lines, datasource, values, f"`{RAW}`", [not_json], strings=True)
 
@@ -113,7 +113,7 @@ def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], 
     for column, value in values.items():
         type_ = column.type
         if strings and column.type.upper().startswith(COMPLEX):
-            converted = f"from_json({value}, {sql_literal(type_)})"
+            converted = f"from_json({value}, {quote_string(type_)})"
         elif strings and column.type.upper() == "STRING":
             converted = value
         else:
@@ -160,7 +160,7 @@ class Ingestor:
             if quarantined:
                 bad = frame.where(f"`{REASON}` IS NOT NULL")
                 reasons = tuple(r[0] for r in bad.select(REASON).limit(3).collect())
-                (bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{sql_literal(batch.source)} AS source",
+                (bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{quote_string(batch.source)} AS source",
                                 "current_timestamp() AS ingested_at")
                  .write.format("delta").mode("append").save(self.warehouse.quarantine_path(table.state.name)))
             columns = [f"`{name}`" for name, _ in table.state.columns]
@@ -175,7 +175,7 @@ class Ingestor:
             except Exception as exc:
                 if where:
                     raise PipeframeError("PF713", f"Cannot replace rows of `{table.state.name}` where `{where}`: "
-                                         f"{_first_line(exc)}", "Every new row must match the --where "
+                                         f"{first_line(exc)}", "Every new row must match the --where "
                                          "condition, and the condition must be valid SQL over the "
                                          "datasource's columns.") from None
                 raise
@@ -193,7 +193,7 @@ class Ingestor:
             self.spark.sql(f"DELETE FROM {quote_path(table.path or '')}{condition}")
         except Exception as exc:  # noqa: BLE001
             raise PipeframeError("PF714", f"Cannot delete from `{table.state.name}` where `{where}`: "
-                                 f"{_first_line(exc)}", "Write a Spark SQL condition over the datasource's "
+                                 f"{first_line(exc)}", "Write a Spark SQL condition over the datasource's "
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0

@@ -10,25 +10,12 @@ from datetime import datetime
 from pipeframe.engine import tables
 from pipeframe.engine.deploy import Deployer, DeployResult
 from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
-from pipeframe.engine.warehouse import DeployedResource, ViewRecord, _first_line, quote_path
-from pipeframe.errors import RefusedError
-from pipeframe.plan.diff import Plan, dependents_first, drop
+from pipeframe.engine.warehouse import ViewRecord
+from pipeframe.plan.diff import drop_views
+from pipeframe.plan.snapshot import DeployedResource
+from pipeframe.sqltext import first_line, quote_path
 
 STATUSES = ("active", "backfilling", "rebuilding", "paused", "stale", "error")
-
-
-class ViewInUse(RefusedError):
-    """Deleting a view that other views or pipes read, without force (HTTP 409); `dependents` lists them as
-    (name, kind) pairs."""
-
-    http_status = 409
-
-    def __init__(self, view: str, dependents: list[DeployedResource]) -> None:
-        self.dependents = tuple((d.state.name, d.state.kind) for d in dependents)
-        names = ", ".join(f"{kind} `{name}`" for name, kind in self.dependents)
-        super().__init__("PF707", f"View `{view}` is read by {names}.",
-                         "Delete it with force (`?force=true` over HTTP) to drop those too, or change them to stop "
-                         "reading it and deploy first.")
 
 
 @dataclass(frozen=True)
@@ -98,8 +85,8 @@ class Lifecycle:
             rows = int(self.spark.sql(f"SELECT count(*) FROM {quote_path(path)}").first()[0])
             watermark = tables.read_watermark(self.spark, path)
         except Exception as exc:  # noqa: BLE001 — shown as the view's error; `recover` rebuilds the table
-            problem = f"cannot read its table: {_first_line(exc)}"
-        source = self.materializer.deployed.get(f"datasource:{view.state.source}")
+            problem = f"cannot read its table: {first_line(exc)}"
+        source = self.materializer.deployed.table(view.state.source or "")
         source_version = lag = lag_seconds = None
         try:
             if source is not None and source.path:
@@ -108,7 +95,7 @@ class Lifecycle:
                 if watermark.source_version is not None:
                     lag, lag_seconds = self._lag(source.path, watermark.source_version, latest.version)
         except Exception as exc:  # noqa: BLE001
-            problem = problem or f"cannot read its source `{view.state.source}`: {_first_line(exc)}"
+            problem = problem or f"cannot read its source `{view.state.source}`: {first_line(exc)}"
         reason = record.error or problem or record.stale_reason
         state = "error" if problem and not record.backfill else effective_status(record)
         backfill = BackfillProgress.from_run(view.state.name, record.backfill) if record.backfill else None
@@ -152,35 +139,17 @@ class Lifecycle:
             self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), error=None))
         return self.materializer.rebuild(view.state.name)
 
-    def dependents(self, name: str) -> list[DeployedResource]:
-        """What reads the view, directly or through other views and pipes, upstream first. Landing
-        datasources (a copy pipe's target) are never dependents: their rows are not derived from the view."""
-        view = self.materializer.resolve(name)
-        reached, found = {view.key}, []
-        for resource in self.materializer.deployed.values():  # dependency order: readers come after what they read
-            if resource.state.kind != "datasource" and reached & set(resource.state.depends_on):
-                reached.add(resource.key)
-                found.append(resource)
-        return found
-
     def delete(self, name: str, force: bool = False, git_commit: str | None = None) -> DeployResult:
         """Drop a view's table; refused (ViewInUse) while views or pipes read it, unless `force` drops them too.
 
-        It is a deploy of drop changes: it takes the deploy lock and is recorded in the deploy history. The files
-        still declare what was dropped, so the next deploy creates it again."""
+        It is a deploy of drop changes (planned in `plan.diff.drop_views`): it takes the deploy lock and is recorded
+        in the deploy history. The files still declare what was dropped, so the next deploy creates it again."""
         view = self.materializer.resolve(name)
-        dependents = self.dependents(name)
-        if dependents and not force:
-            raise ViewInUse(view.state.name, dependents)
         deployed = self.materializer.deployed
-        states = {key: resource.state for key, resource in deployed.items()}
-        gone = dependents_first([view.key, *(d.key for d in dependents)], states)
-        # Everything that reads what is dropped is dropped with it, so no remaining reader can refuse a drop.
-        plan = Plan(tuple(drop(states[key], {}, allow_destructive=True) for key in gone))
-        remaining = [key for key in deployed if key not in gone]
-        result = Deployer(self.spark, self.warehouse).apply(plan, remaining, git_commit)
-        for key in gone:
-            if states[key].has_table:
-                self.spark.catalog.dropTempView(states[key].name)  # its name no longer reads a table
-        self.materializer.deployed = self.warehouse.deployed()
+        plan = drop_views(deployed.states, view.key, force, deployed.fingerprint)
+        result = Deployer(self.spark, self.warehouse).apply(plan, git_commit)
+        for change in plan.changes:
+            if change.deployed is not None and change.deployed.has_table:
+                self.spark.catalog.dropTempView(change.name)  # its name no longer reads a table
+        self.materializer.deployed = self.warehouse.snapshot()
         return result

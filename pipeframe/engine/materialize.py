@@ -15,16 +15,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from pipeframe.compiler.states import BATCH_RELATION
 from pipeframe.engine import tables
-from pipeframe.engine.tables import sql_literal
-from pipeframe.engine.warehouse import DeployedResource, ViewRecord, Warehouse, _first_line, quote_path
+from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
+from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-BATCH_VIEW = "__pf_batch"  # the name every view's state SQL reads its block of new rows from
 DEFAULT_CHUNK_ROWS = 1_000_000
 RECENT_COMMITS = 50  # source history read per refresh; a view further behind reads the rest
 ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp")
@@ -101,14 +102,14 @@ class BackfillProgress:
 class Materializer:
     """Refreshes, populates and optimizes the deployed views of one warehouse."""
 
-    def __init__(self, spark: SparkSession, warehouse: Warehouse, *, on_step: StepHook | None = None,
-                 on_progress: Callable[[BackfillProgress], None] | None = None,
-                 deployed: dict[str, DeployedResource] | None = None) -> None:
+    def __init__(self, spark: SparkSession, warehouse: Warehouse, deployed: DeployedSnapshot, *,
+                 on_step: StepHook | None = None,
+                 on_progress: Callable[[BackfillProgress], None] | None = None) -> None:
         self.spark = spark
         self.warehouse = warehouse
+        self.deployed = deployed
         self.on_step = on_step or (lambda _step: None)
         self.on_progress = on_progress or (lambda _progress: None)
-        self.deployed = warehouse.deployed() if deployed is None else deployed
         # Within one refresh: each source's recent history is read once, and the rows of a commit range are
         # read once (and cached) when several views at the same watermark need them.
         self._recent: dict[str, list[tables.Commit]] = {}
@@ -118,7 +119,7 @@ class Materializer:
     # ------------------------------------------------------------------------------------ lookup
     def views(self) -> list[DeployedResource]:
         """Every deployed view, upstream before downstream."""
-        return [r for r in self.deployed.values() if r.state.kind == "view" and r.path]
+        return self.deployed.views()
 
     def resolve(self, name: str) -> DeployedResource:
         """A view by its target name or its pipe name."""
@@ -127,13 +128,13 @@ class Materializer:
                 return view
         known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in self.views())) or "none deployed"
         hint = f"Materialized pipes: {known}."
-        if f"datasource:{name}" in self.deployed:
+        if self.deployed.table(name) is not None:
             hint = f"`{name}` is a landing datasource, not a view. " + hint
         raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
                              hint + " Run `pipeframe deploy` after adding one.")
 
     def table(self, name: str) -> DeployedResource:
-        resource = self.deployed.get(f"datasource:{name}")
+        resource = self.deployed.table(name)
         if resource is None or not resource.path:
             known = ", ".join(sorted(r.state.name for r in self.deployed.values() if r.state.has_table))
             raise PipeframeError("PF702", f"No deployed datasource `{name}`.",
@@ -142,13 +143,7 @@ class Materializer:
 
     def downstream(self, names: Iterable[str]) -> list[DeployedResource]:
         """The views fed (directly or through other views) by the tables `names`, in graph order."""
-        changed = set(names)
-        found = []
-        for view in self.views():
-            if view.state.source in changed:
-                found.append(view)
-                changed.add(view.state.name)
-        return found
+        return self.deployed.downstream(names)
 
     # ----------------------------------------------------------------------------------- refresh
     def refresh(self, views: list[DeployedResource] | None = None, full: bool = False) -> list[ViewRefresh]:
@@ -185,7 +180,7 @@ class Materializer:
         except PipeframeError:
             raise
         except Exception as exc:  # noqa: BLE001 — recorded on the view, shown by status, cleared by recover
-            message = _first_line(exc)
+            message = first_line(exc)
             self.warehouse.save_view_record(replace(record, error=message))
             return ViewRefresh(name, "error", message=message)
 
@@ -238,14 +233,13 @@ class Materializer:
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> None:
         self._register_lookups(view.state)
-        batch.createOrReplaceTempView(BATCH_VIEW)
+        batch.createOrReplaceTempView(BATCH_RELATION)
         tables.write_states(self.spark.sql(view.state.state_sql or ""), view.state, view.path or "", **watermark)
         self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
 
     def _register_lookups(self, state: ResourceState) -> None:
         """The tables a view's query joins besides its trigger (DIMENSIONS) must be readable by name."""
-        lookups = {k: r for k, r in self.deployed.items()
-                   if k in state.depends_on and r.state.name != state.source}
+        lookups = [r for k, r in self.deployed.items() if k in state.depends_on and r.state.name != state.source]
         if lookups:
             self.warehouse.register(lookups)
 
@@ -255,7 +249,7 @@ class Materializer:
         return ViewRefresh(view.state.name, "stale", message=reason)
 
     def _source_of(self, view: DeployedResource) -> DeployedResource:
-        source = self.deployed.get(f"datasource:{view.state.source}")
+        source = self.deployed.table(view.state.source or "")
         if source is None or not source.path:
             raise PipeframeError("PF605", f"View `{view.state.name}` reads `{view.state.source}`, which has no "
                                  "table.", "Run `pipeframe deploy`.")
@@ -282,7 +276,7 @@ class Materializer:
             target = DeployedResource(view.state, int(run["target_version"]), run["target_path"])
             record = self._run_chunks(view, target, run, record)
             self._apply_increment(target)  # what was appended to the source while the rebuild ran
-            self.warehouse.swap(view.key, target.version, target.path or "")
+            self.warehouse.swap(view, target.version, target.path or "")
             self.on_step(f"swapped {view.state.name}")
             self.warehouse.save_view_record(replace(record, backfill=None, stale_reason=None, error=None))
         finally:
@@ -290,7 +284,7 @@ class Materializer:
         old = run.get("replaces_path") or view.path
         if old and old != target.path:
             tables.remove_path(self.spark, old)
-        self.deployed = self.warehouse.deployed()
+        self.deployed = self.warehouse.snapshot()  # with the swap
         results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
         for child in [v for v in self.views() if v.state.source == view.state.name]:
             results += self.rebuild(child.state.name)
@@ -344,7 +338,7 @@ class Materializer:
                 frame.schema  # noqa: B018 — analyze now, to report a bad condition before any work
             except Exception as exc:  # noqa: BLE001
                 raise PipeframeError("PF703", f"--where `{where}` is not a valid condition on "
-                                     f"`{source.state.name}`: {_first_line(exc)}",
+                                     f"`{source.state.name}`: {first_line(exc)}",
                                      "Write a Spark SQL boolean expression over the source's columns.") from None
         return frame
 
@@ -495,7 +489,7 @@ def plan_chunks(frame: DataFrame, chunk_by: str | None, chunk_rows: int, where: 
         bounds = frame.selectExpr(f"CAST(percentile_approx({col}, array({fractions}), 10000) AS ARRAY<STRING>)") \
             .first()[0] or []
         bounds = [b for i, b in enumerate(bounds) if b is not None and b not in bounds[:i]]
-        lits = [f"CAST({sql_literal(b)} AS {type_})" for b in bounds]
+        lits = [f"CAST({quote_string(b)} AS {type_})" for b in bounds]
         chunks = [f"{col} IS NULL OR {col} < {lits[0]}"] if lits else ["TRUE"]
         chunks += [f"{col} >= {lo} AND {col} < {hi}" for lo, hi in itertools.pairwise(lits)]
         if lits:

@@ -7,6 +7,7 @@ PipeframeError (PF501 Java, PF502 Connect extras, PF503 start failure, PF504 bad
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import os
 import re
@@ -251,13 +252,21 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
     builder = SparkSession.builder
     for name, value in conf.items():
         builder = builder.config(name, value)
+    resolved = None
     if os.environ.get(JARS_ENV, "").strip():
         if packages:
             builder = builder.config("spark.jars.packages", ",".join(packages))
     else:
-        # delta-spark's helper adds its own Maven coordinate (io.delta:delta-spark_<spark>_2.13:<delta>);
-        # spark-submit resolves it through ivy into ~/.ivy2.5.2 on the first start.
-        builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
+        resolved = ResolvedJars(packages)
+        jars = resolved.load()
+        if jars:
+            # The jars an earlier start resolved: ivy's resolution, seconds on every start, is skipped.
+            builder = builder.config("spark.jars", ",".join([*jars, *filter(None, [conf.get("spark.jars")])]))
+            resolved = None
+        else:
+            # delta-spark's helper adds its own Maven coordinate (io.delta:delta-spark_<spark>_2.13:<delta>);
+            # spark-submit resolves it through ivy into ~/.ivy2.5.2 on the first start.
+            builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
 
     log = _jvm_log(config)
     session = None
@@ -277,7 +286,37 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
     if DELTA_EXTENSION not in session.conf.get("spark.sql.extensions", ""):
         raise PipeframeError("PF503", "A Spark session without Delta Lake was already running in this process.",
                              "Stop it with spark.stop() before using pipeframe, or let pipeframe create it.")
+    if resolved is not None:
+        user = set(filter(None, (conf.get("spark.jars") or "").split(",")))
+        resolved.save([j for j in (session.sparkContext.getConf().get("spark.jars") or "").split(",")
+                       if j and j not in user])
     return session
+
+
+class ResolvedJars:
+    """The local jar files that ivy resolved for Delta Lake's (and spark.jars.packages') Maven coordinates on an
+    earlier start, remembered per set of packages and versions under ~/.cache/pipeframe, so later starts put
+    them on the classpath directly. Forgotten when any of the files is gone (ivy then resolves again)."""
+
+    def __init__(self, packages: list[str]) -> None:
+        key = ",".join([f"pyspark={importlib.metadata.version('pyspark')}",
+                        f"delta-spark={importlib.metadata.version('delta-spark')}", *sorted(packages)])
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
+        self.path = cache / f"jars-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
+
+    def load(self) -> list[str]:
+        try:
+            jars = self.path.read_text(encoding="utf-8").split()
+        except OSError:
+            return []
+        return jars if jars and all(Path(urlparse(j).path).is_file() for j in jars) else []
+
+    def save(self, jars: list[str]) -> None:
+        with contextlib.suppress(OSError):  # a read-only home only costs the resolution next time
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text("\n".join(jars) + "\n", encoding="utf-8")
+            temporary.replace(self.path)
 
 
 def _build_session_state(session: SparkSession) -> None:

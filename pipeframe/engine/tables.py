@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pipeframe.engine.warehouse import quote_path
+from pipeframe.engine.warehouse import IO
 from pipeframe.plan.state import ResourceState
+from pipeframe.sqltext import quote_path, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,6 +88,7 @@ class Watermark:
 def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit]:
     """The newest `limit` commits of a table, newest first."""
     sql = f"DESCRIBE HISTORY {quote_path(path)}" + (f" LIMIT {int(limit)}" if limit else "")
+    IO["history"] += 1
     commits = []
     for row in spark.sql(sql).selectExpr("version", "timestamp", "unix_micros(timestamp) AS micros", "operation",
                                          "operationParameters", "operationMetrics", "userMetadata").collect():
@@ -194,9 +196,9 @@ def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:
         properties["pipeframe.ttl"] = state.ttl
     if state.partition_key and state.sorting_key:
         properties["pipeframe.zorder"] = ", ".join(state.sorting_key)  # used by OPTIMIZE ... ZORDER BY
-    props = ", ".join(f"'{k}' = {sql_literal(v)}" for k, v in properties.items())
+    props = ", ".join(f"'{k}' = {quote_string(v)}" for k, v in properties.items())
     spark.sql(f"CREATE TABLE {quote_path(path)} ({', '.join(columns)}) USING DELTA{layout} "
-              f"COMMENT {sql_literal(state.description)} TBLPROPERTIES ({props})")
+              f"COMMENT {quote_string(state.description)} TBLPROPERTIES ({props})")
 
 
 def remove_path(spark: SparkSession, path: str) -> None:
@@ -209,10 +211,6 @@ def remove_path(spark: SparkSession, path: str) -> None:
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
     if fs.exists(hadoop_path):
         fs.delete(hadoop_path, True)
-
-
-def sql_literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _pipeframe_metadata(text: str | None) -> dict:

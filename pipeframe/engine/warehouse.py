@@ -9,13 +9,16 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pipeframe.errors import PipeframeError
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
+from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,22 +29,11 @@ STATE_SCHEMA = ("record STRING, key STRING, name STRING, kind STRING, version BI
                 "user STRING, host STRING")
 LOCK_SCHEMA = "id INT, holder STRING, host STRING, pid INT, acquired_at TIMESTAMP, expires_at TIMESTAMP"
 LOCK_TTL_SECONDS = 3600
+# Reads of the state store, of view records and of Delta table histories made by this process: what tests
+# and benchmarks count to keep "deployed state is read once per command" true.
+IO: Counter[str] = Counter()
 VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
                 "backfill STRING, updated_at TIMESTAMP")
-
-
-@dataclass(frozen=True)
-class DeployedResource:
-    """A resource as the state store records it: its definition and, for tables, its live physical version."""
-
-    state: ResourceState
-    version: int = 0
-    path: str | None = None
-    deployed_at: datetime | None = None
-
-    @property
-    def key(self) -> str:
-        return self.state.key
 
 
 @dataclass(frozen=True)
@@ -70,10 +62,6 @@ class ViewRecord:
     backfill: dict | None = None  # the running (or interrupted) populate/rebuild; see engine.materialize
 
 
-def quote_path(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
-
-
 def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -87,6 +75,7 @@ class Warehouse:
         self.state_path = f"{self.uri}/_pipeframe/state"
         self.lock_path = f"{self.uri}/_pipeframe/lock"
         self.views_path = f"{self.uri}/_pipeframe/views"
+        self._snapshot: DeployedSnapshot | None = None
 
     # ------------------------------------------------------------------------------------ layout
     def table_path(self, name: str, version: int) -> str:
@@ -102,23 +91,23 @@ class Warehouse:
         return DeltaTable.isDeltaTable(self.spark, path)
 
     # ------------------------------------------------------------------------------- state store
-    def _records(self) -> list:
+    def _records(self, kind: str) -> list:
         if not self._exists(self.state_path):
             return []
-        return self.spark.read.format("delta").load(self.state_path).collect()
+        IO["state"] += 1
+        return self.spark.read.format("delta").load(self.state_path).where(f"record = '{kind}'").collect()
 
-    def deployed(self) -> dict[str, DeployedResource]:
-        """Every deployed resource by key, dependencies first (the order of the last deploy)."""
-        records = self._records()
-        order_row = next((r for r in records if r["record"] == "order"), None)
-        order = {key: i for i, key in enumerate(json.loads(order_row["state"]) if order_row else [])}
-        resources = [DeployedResource(ResourceState.from_json(json.loads(r["state"])), int(r["version"] or 0),
-                                      r["path"], r["deployed_at"]) for r in records if r["record"] == "resource"]
-        resources.sort(key=lambda r: (order.get(r.key, len(order)), r.key))
-        return {r.key: r for r in resources}
+    def snapshot(self, fresh: bool = False) -> DeployedSnapshot:
+        """What is deployed, read from the state store once and kept (this warehouse's own deploys and swaps
+        update it); `fresh` reads it again, as a deploy does under its lock."""
+        if self._snapshot is None or fresh:
+            self._snapshot = DeployedSnapshot.of(
+                DeployedResource(ResourceState.from_json(json.loads(r["state"])), int(r["version"] or 0), r["path"],
+                                 r["deployed_at"]) for r in self._records("resource"))
+        return self._snapshot
 
     def history(self) -> list[Deployment]:
-        rows = sorted((r for r in self._records() if r["record"] == "deployment"), key=lambda r: r["started_at"])
+        rows = sorted(self._records("deployment"), key=lambda r: r["started_at"])
         return [Deployment(r["key"], r["started_at"], r["finished_at"], r["git_commit"], r["result"] or "",
                            json.loads(r["plan"]) if r["plan"] else {}, r["error"], r["user"], r["host"])
                 for r in rows]
@@ -131,7 +120,7 @@ class Warehouse:
             except Exception as exc:  # noqa: BLE001 — a concurrent first deploy may create it first
                 if not self._exists(self.state_path):
                     raise PipeframeError("PF601", f"The state store at {self.state_path} cannot be created: "
-                                         f"{_first_line(exc)}.", "Check the warehouse location and its "
+                                         f"{first_line(exc)}.", "Check the warehouse location and its "
                                          "permissions.") from None
 
     def record_start(self, deployment: str, git_commit: str | None, plan: dict) -> None:
@@ -144,20 +133,20 @@ class Warehouse:
         from delta.tables import DeltaTable
 
         DeltaTable.forPath(self.spark, self.state_path).update(
-            f"record = 'deployment' AND key = '{deployment}'",
-            {"result": "'failed'", "finished_at": "current_timestamp()", "error": _sql_string(error[:2000])})
+            f"record = 'deployment' AND key = {quote_string(deployment)}",
+            {"result": "'failed'", "finished_at": "current_timestamp()", "error": quote_string(error[:2000])})
 
-    def commit(self, deployment: str, resources: Iterable[DeployedResource], order: list[str]) -> None:
+    def commit(self, deployment: str, resources: Iterable[DeployedResource]) -> None:
         """Swap in the new set of resources and mark the deployment succeeded, in ONE Delta commit: either
         every change of the deploy becomes live, or none does."""
         from delta.tables import DeltaTable
 
         stamp = now()
-        rows = [{"record": "resource", "key": r.key, "name": r.state.name, "kind": r.state.kind,
+        snapshot = DeployedSnapshot.of(resources)
+        rows = [{"record": "resource", "key": str(r.key), "name": r.state.name, "kind": r.state.kind,
                  "version": r.version, "path": r.path, "state": json.dumps(r.state.to_json()),
                  "definition_hash": r.state.definition_hash(), "deployed_at": r.deployed_at or stamp,
-                 "deployment": deployment} for r in resources]
-        rows.append({"record": "order", "key": "order", "state": json.dumps(order), "deployment": deployment})
+                 "deployment": deployment} for r in snapshot.values()]
         rows.append({"record": "deployment", "key": deployment, "finished_at": stamp, "result": "succeeded"})
         source = self.spark.createDataFrame(rows, STATE_SCHEMA)
         deployment_columns = {"finished_at": "s.finished_at", "result": "s.result"}
@@ -168,19 +157,24 @@ class Warehouse:
          .whenNotMatchedInsertAll()
          .whenNotMatchedBySourceDelete("t.record IN ('resource', 'order')")
          .execute())
+        self._snapshot = snapshot
 
-    def swap(self, key: str, version: int, path: str) -> None:
+    def swap(self, resource: DeployedResource, version: int, path: str) -> DeployedResource:
         """Point one deployed table at a new physical version (after a rebuild outside deploy)."""
         from delta.tables import DeltaTable
 
         (DeltaTable.forPath(self.spark, self.state_path)
-         .update(f"record = 'resource' AND key = {_sql_string(key)}",
-                 {"version": str(int(version)), "path": _sql_string(path), "deployed_at": "current_timestamp()"}))
+         .update(f"record = 'resource' AND key = {quote_string(str(resource.key))}",
+                 {"version": str(int(version)), "path": quote_string(path), "deployed_at": "current_timestamp()"}))
+        swapped = DeployedResource(resource.state, int(version), path, now())
+        self._snapshot = self.snapshot().replaced(swapped)
+        return swapped
 
     # ------------------------------------------------------------------------------ view records
     def view_records(self) -> dict[str, ViewRecord]:
         if not self._exists(self.views_path):
             return {}
+        IO["views"] += 1
         return {r["name"]: ViewRecord(r["name"], bool(r["paused"]), bool(r["permanent"]), r["stale_reason"],
                                       r["error"], json.loads(r["backfill"]) if r["backfill"] else None)
                 for r in self.spark.read.format("delta").load(self.views_path).collect()}
@@ -228,7 +222,7 @@ class Warehouse:
                 return
             current = self.spark.read.format("delta").load(self.lock_path).first()
             if current is None or not self._stale(current) \
-                    or not self._take(f"holder = {_sql_string(current['holder'])}", holder):
+                    or not self._take(f"holder = {quote_string(current['holder'])}", holder):
                 raise _busy(current)
         except PipeframeError:
             raise
@@ -241,8 +235,8 @@ class Warehouse:
 
     def _take(self, condition: str, holder: str) -> bool:
         result = self.spark.sql(
-            f"UPDATE {quote_path(self.lock_path)} SET holder = {_sql_string(holder)}, "
-            f"host = {_sql_string(socket.gethostname())}, pid = {os.getpid()}, acquired_at = current_timestamp(), "
+            f"UPDATE {quote_path(self.lock_path)} SET holder = {quote_string(holder)}, "
+            f"host = {quote_string(socket.gethostname())}, pid = {os.getpid()}, acquired_at = current_timestamp(), "
             f"expires_at = current_timestamp() + INTERVAL {LOCK_TTL_SECONDS} SECONDS WHERE {condition}").first()
         return bool(result and result[0])
 
@@ -263,16 +257,16 @@ class Warehouse:
 
         if self._exists(self.lock_path):
             DeltaTable.forPath(self.spark, self.lock_path).update(
-                f"holder = {_sql_string(holder)}",
+                f"holder = {quote_string(holder)}",
                 {"holder": "NULL", "host": "NULL", "pid": "NULL", "acquired_at": "NULL", "expires_at": "NULL"})
 
     # --------------------------------------------------------------------------- name mapping
-    def register(self, resources: Mapping[str, DeployedResource]) -> None:
+    def register(self, resources: Iterable[DeployedResource]) -> None:
         """Make every resource readable by its name in this session: the one place names become tables.
 
         Landing datasources read their declared columns; view targets read through their finalizing SQL,
         so users see merged values, never partial states."""
-        for resource in resources.values():
+        for resource in resources:
             state = resource.state
             if not state.has_table or resource.path is None:
                 continue
@@ -301,14 +295,5 @@ def _busy(row) -> PipeframeError:
                           "Wait for it to finish and run the command again; deploys and rebuilds are serialized.")
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _user() -> str | None:
     return os.environ.get("USER") or os.environ.get("USERNAME")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__

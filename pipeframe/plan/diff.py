@@ -5,11 +5,14 @@ The rules of PRODUCT.md section 6 live here (create, alter, rebuild and its casc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from pipeframe.plan.state import ResourceState
+from pipeframe.compiler.compile import UnresolvedRead
+from pipeframe.compiler.graph import ResourceKey
+from pipeframe.errors import Diagnostic, RefusedError
+from pipeframe.plan.state import ResourceState, dag_of
 
 Action = Literal["create", "alter", "rebuild", "drop", "unchanged"]
 
@@ -23,7 +26,7 @@ NOUNS = {"datasource": "datasource", "view": "view", "endpoint": "endpoint", "co
 class Change:
     """What deploy does to one resource, and what that means for its data."""
 
-    key: str
+    key: ResourceKey
     name: str
     kind: str
     action: Action
@@ -34,19 +37,24 @@ class Change:
     refused: str | None = None  # why this change is not allowed (then the whole plan is refused)
     hint: str | None = None  # how to fix a refused change
     alter_columns: tuple[tuple[str, str], ...] = ()  # (name, type) to ADD via ALTER TABLE, for additive alters
-    cause: str | None = None  # for a rebuild forced by an upstream rebuild: the upstream key
+    cause: ResourceKey | None = None  # for a rebuild forced by an upstream rebuild: the upstream key
 
     def to_json(self) -> dict:
-        return {"key": self.key, "name": self.name, "kind": self.kind, "action": self.action,
+        return {"key": str(self.key), "name": self.name, "kind": self.kind, "action": self.action,
                 "summary": self.summary, "details": list(self.details), "refused": self.refused,
-                "hint": self.hint, "alter_columns": [list(c) for c in self.alter_columns], "cause": self.cause}
+                "hint": self.hint, "alter_columns": [list(c) for c in self.alter_columns],
+                "cause": str(self.cause) if self.cause else None}
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Every resource's Change: desired order first (dependencies first), then drops (dependents first)."""
+    """Every resource's Change: desired order first (dependencies first), then drops (dependents first).
+
+    `base` is the fingerprint of the deployed snapshot the plan was made from; the deployer applies it only to
+    that same state."""
 
     changes: tuple[Change, ...]
+    base: str | None = None
 
     @property
     def pending(self) -> list[Change]:
@@ -69,15 +77,74 @@ class Plan:
                 "refused": len(self.refused), "exit_code": self.exit_code()}
 
 
-def diff(desired: Mapping[str, ResourceState], deployed: Mapping[str, ResourceState], *,
-         allow_destructive: bool = False) -> Plan:
-    """The plan that turns `deployed` into `desired` (both keyed by resource key, in dependency order)."""
-    changes = {key: create(want) if key not in deployed else compare(want, deployed[key], allow_destructive)
-               for key, want in desired.items()}
+def diff(desired: Mapping[ResourceKey, ResourceState], deployed: Mapping[ResourceKey, ResourceState], *,
+         allow_destructive: bool = False, base: str | None = None) -> Plan:
+    """The plan that turns `deployed` into `desired` (both keyed by resource key); `base` identifies the
+    deployed snapshot."""
+    order = [key for key in dag_of(desired.values()).sorted() if key in desired]
+    changes = {key: create(desired[key]) if key not in deployed
+               else compare(desired[key], deployed[key], allow_destructive) for key in order}
     changes = cascade(changes, desired)
-    gone = dependents_first([key for key in deployed if key not in desired], deployed)
+    gone = dag_of(deployed.values()).drop_order(key for key in deployed if key not in desired)
     drops = [drop(deployed[key], desired, allow_destructive) for key in gone]
-    return Plan((*changes.values(), *drops))
+    return Plan((*changes.values(), *drops), base)
+
+
+def drop_views(deployed: Mapping[ResourceKey, ResourceState], view: ResourceKey, force: bool, base: str | None) -> Plan:
+    """The views API's delete: drop one view and, with `force`, everything that reads it (refused with the readers
+    listed otherwise). Everything that reads what is dropped goes with it, so no remaining reader refuses a drop."""
+    readers = readers_of(deployed, view)
+    if readers and not force:
+        raise ViewInUse(deployed[view].name, [deployed[k] for k in readers])
+    gone = dag_of(deployed.values()).drop_order([view, *readers])
+    return Plan(tuple(drop(deployed[key], {}, allow_destructive=True) for key in gone), base)
+
+
+def readers_of(deployed: Mapping[ResourceKey, ResourceState], key: ResourceKey) -> list[ResourceKey]:
+    """What reads `key`, directly or through views and pipes, upstream first. A landing datasource (a copy pipe's
+    target) never is a reader: its rows are not derived from what it was copied from."""
+    dag = dag_of(deployed.values())
+    reached, found = {key}, []
+    for other in dag.sorted():
+        state = deployed.get(other)
+        if state is not None and state.kind != "datasource" and reached & set(dag.dependencies(other)):
+            reached.add(other)
+            found.append(other)
+    return found
+
+
+class ViewInUse(RefusedError):
+    """Deleting a view that other views or pipes read, without force (HTTP 409); `dependents` lists them as
+    (name, kind) pairs."""
+
+    http_status = 409
+
+    def __init__(self, view: str, dependents: list[ResourceState]) -> None:
+        self.dependents = tuple((d.name, d.kind) for d in dependents)
+        names = ", ".join(f"{kind} `{name}`" for name, kind in self.dependents)
+        super().__init__("PF707", f"View `{view}` is read by {names}.",
+                         "Delete it with force (`?force=true` over HTTP) to drop those too, or change them to stop "
+                         "reading it and deploy first.")
+
+
+def refuse_dropping_what_is_read(removed: set[str], unresolved: Iterable[UnresolvedRead],
+                                 errors: Iterable[Diagnostic]) -> RefusedError | None:
+    """Deployed datasources whose files were removed while pipes still read them: a refused drop (exit 3) listing
+    the readers, rather than plain unknown-name errors. Only when every error of the project is such a read."""
+    readers: dict[str, list[str]] = {}
+    explained = set()
+    for read in unresolved:
+        if read.name in removed:
+            explained.add(read.diagnostic)
+            names = readers.setdefault(read.name, [])
+            if read.reader not in names:
+                names.append(read.reader)
+    if not readers or any(d not in explained for d in errors):
+        return None
+    return RefusedError.many(
+        Diagnostic("PF607", f"Cannot drop `{name}`: it is read by {', '.join(sorted(names))}.",
+                   "Remove or change those pipes first, then drop it (with --allow-destructive).")
+        for name, names in sorted(readers.items()))
 
 
 # ------------------------------------------------------------------------------------------ one rule each
@@ -92,7 +159,7 @@ def create(want: ResourceState) -> Change:
     return _change(want, None, "create", summary)
 
 
-def drop(have: ResourceState, desired: Mapping[str, ResourceState], allow_destructive: bool) -> Change:
+def drop(have: ResourceState, desired: Mapping[ResourceKey, ResourceState], allow_destructive: bool) -> Change:
     """A resource whose file is gone: refused while others read it, and without --allow-destructive."""
     noun = NOUNS.get(have.kind, have.kind)
     summary = "drop table and its rows" if have.has_table else f"remove {noun}"
@@ -170,12 +237,13 @@ def compare_landing(want: ResourceState, have: ResourceState, details: tuple[str
     return _change(want, have, "rebuild", "rebuild: carry rows over in the new column order", details)
 
 
-def cascade(changes: dict[str, Change], desired: Mapping[str, ResourceState]) -> dict[str, Change]:
+def cascade(changes: dict[ResourceKey, Change], desired: Mapping[ResourceKey, ResourceState]
+            ) -> dict[ResourceKey, Change]:
     """A table built from a rebuilt table is rebuilt too (pipes own no table, so the chain stops at them)."""
     out = dict(changes)
     rebuilt = {key for key, change in out.items() if change.action == "rebuild"}
-    for key, want in desired.items():  # dependencies first, so a cascade reaches its own dependents
-        change = out[key]
+    for key, change in list(out.items()):  # dependencies first, so a cascade reaches its own dependents
+        want = desired[key]
         upstream = next((d for d in want.depends_on if d in rebuilt), None)
         if not want.has_table or upstream is None or change.action not in ("unchanged", "alter"):
             continue
@@ -192,25 +260,6 @@ def rebuild_summary(want: ResourceState) -> str:
     if want.backfill == "skip":
         return "rebuild, no backfill (BACKFILL skip)"
     return f"rebuild and backfill from `{want.source}`"
-
-
-def dependents_first(keys: list[str], deployed: Mapping[str, ResourceState]) -> list[str]:
-    """Order resources to drop so that nothing is dropped before what reads it."""
-    order: list[str] = []
-    seen: set[str] = set()  # marked before visiting dependents, so a corrupt cyclic state store still ends
-
-    def visit(key: str) -> None:
-        if key in seen:
-            return
-        seen.add(key)
-        for other in keys:
-            if key in deployed[other].depends_on:
-                visit(other)
-        order.append(key)
-
-    for key in keys:
-        visit(key)
-    return order
 
 
 # ---------------------------------------------------------------------------------- differences, for people
@@ -298,8 +347,8 @@ def _type(spark_type: str) -> str:
     return " ".join(spark_type.upper().split())
 
 
-def _names(keys: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(k.partition(":")[2] or k for k in keys)
+def _names(keys: tuple[ResourceKey, ...]) -> tuple[str, ...]:
+    return tuple(k.name for k in keys)
 
 
 def _show(value: str | tuple[str, ...] | None) -> str:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from pipeframe.compiler.compile import CompiledProject, Ref
+from pipeframe.compiler.compile import CompiledProject
+from pipeframe.compiler.graph import DAG, ResourceKey
 
 Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe"]
 
@@ -19,12 +21,12 @@ Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe"]
 class ResourceState:
     """One resource as deploy sees it.
 
-    `key` is unique across kinds ("datasource:sales", "pipe:top_products"): a materialized pipe may share
+    `key` is unique across kinds (`datasource:sales`, `pipe:top_products`): a materialized pipe may share
     its name with its target. Datasource-like resources (kind datasource or view) own a physical table;
     pipes own none.
     """
 
-    key: str
+    key: ResourceKey
     name: str
     kind: Kind
     # Physical definition of a table (changing it needs a rebuild or an ALTER):
@@ -47,7 +49,7 @@ class ResourceState:
     forward_query: str | None = None
     # Pipes: the compiled statement (analysis mode) is their whole definition.
     sql: str | None = None
-    depends_on: tuple[str, ...] = field(default_factory=tuple)  # keys of resources read
+    depends_on: tuple[ResourceKey, ...] = field(default_factory=tuple)  # the resources read
 
     @property
     def has_table(self) -> bool:
@@ -62,13 +64,19 @@ class ResourceState:
         return _hash(self.to_json())
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The stored form: keys as `kind:name` text."""
+        data = asdict(self)
+        data["key"] = str(self.key)
+        data["depends_on"] = [str(k) for k in self.depends_on]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> ResourceState:
-        tuples = {"columns", "sorting_key", "keys", "tokens", "depends_on"}
+        tuples = {"columns", "sorting_key", "keys", "tokens"}
         fixed = {k: (tuple(tuple(x) if isinstance(x, list) else x for x in v) if k in tuples and v is not None
                      else v) for k, v in data.items() if k in cls.__dataclass_fields__}
+        fixed["key"] = ResourceKey.parse(data["key"])
+        fixed["depends_on"] = tuple(ResourceKey.parse(k) for k in data.get("depends_on") or ())
         return cls(**fixed)
 
 
@@ -76,23 +84,22 @@ def _hash(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
-def key_of(ref: Ref) -> str:
-    return f"{ref.kind}:{ref.name}"
+def dag_of(states: Iterable[ResourceState]) -> DAG[ResourceKey]:
+    """The dependency graph of a set of resources (what each reads), dependencies first."""
+    return DAG.of((s.key, s.depends_on) for s in states)
 
 
-def desired_state(compiled: CompiledProject) -> dict[str, ResourceState]:
-    """Every resource of a valid compiled project, keyed by `kind:name`, in dependency order."""
-    deps: dict[str, list[str]] = {}
-    for a, b in compiled.edges:
-        deps.setdefault(key_of(b), []).append(key_of(a))
+def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]:
+    """Every resource of a valid compiled project by key, in dependency order."""
+    graph = compiled.graph
     # A materialized pipe is deployed as part of its target (kind "view"): the view depends on what the
     # pipe reads, and the pipe itself is not a separate resource.
-    folded = {key_of(Ref("pipe", p.name)) for p in compiled.pipes.values() if p.type == "materialized"}
-    for key, sources in deps.items():
-        deps[key] = [d for s in sources for d in (deps.get(s, []) if s in folded else [s])]
-    states: dict[str, ResourceState] = {}
+    folded = {ResourceKey.pipe(p.name) for p in compiled.pipes.values() if p.type == "materialized"}
+    deps = {key: [d for s in graph.dependencies(key) for d in (graph.dependencies(s) if s in folded else [s])]
+            for key in graph.nodes}
+    states: dict[ResourceKey, ResourceState] = {}
     for ref in compiled.order:
-        key = key_of(ref)
+        key = ref
         if key in folded:
             continue
         depends_on = tuple(dict.fromkeys(deps.get(key, ())))

@@ -10,8 +10,9 @@ from typing import Any
 from jinja2 import Undefined, pass_context
 from jinja2.runtime import Context
 
+from pipeframe.sqltext import quote_qualified
 from pipeframe.templating.errors import TemplateError, missing_parameter, shown
-from pipeframe.templating.literals import SqlFragment, TypedValue, is_identifier, quote_identifier, sql_literal
+from pipeframe.templating.literals import SqlFragment, TypedValue, is_identifier, sql_literal
 from pipeframe.templating.parameters import (
     MissingParam,
     Parameter,
@@ -71,7 +72,7 @@ def column(context: Context, x: Any, default: str | None = None) -> SqlFragment:
     raw, name = _chosen(context, x, default)
     if not is_identifier(raw):
         raise _bad_identifier(name, raw)
-    return SqlFragment(quote_identifier(raw))
+    return SqlFragment(quote_qualified(raw))
 
 
 @pass_context
@@ -86,7 +87,7 @@ def columns(context: Context, x: Any, default: str | None = None) -> SqlFragment
         names = [raw]
     if not names or not all(is_identifier(part) for part in names):
         raise _bad_identifier(name, raw, "a comma-separated list of column names")
-    return SqlFragment(", ".join(quote_identifier(part) for part in names))
+    return SqlFragment(", ".join(quote_qualified(part) for part in names))
 
 
 def _operand_sql(value: Any, many: bool) -> str:
@@ -125,7 +126,7 @@ def sql_and(**conditions: Any) -> SqlFragment:
             value = value.operand()
         if value is None:
             continue
-        parts.append(f"{quote_identifier(target)} {OPERATORS[op]} {_operand_sql(value, op in ('in', 'not_in'))}")
+        parts.append(f"{quote_qualified(target)} {OPERATORS[op]} {_operand_sql(value, op in ('in', 'not_in'))}")
     return SqlFragment(" AND ".join(parts) if parts else "1 = 1")
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import date, datetime
 from typing import Any, Self
 
+from pipeframe.sqltext import quote_string
+
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -126,16 +128,6 @@ class TypedValue(ValueOperators, SqlFragment):
 
     def __repr__(self) -> str:
         return f"TypedValue({self.sql!r}, {self.value!r})"
-
-
-def quote_string(text: str) -> str:
-    """A Spark string literal: backslash and quote escaped, so the content can never end the literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def quote_identifier(name: str) -> str:
-    """`t`.`col` for a name already checked against IDENTIFIER."""
-    return ".".join(f"`{part}`" for part in name.split("."))
 
 
 def is_identifier(name: Any) -> bool:

@@ -8,51 +8,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 from jinja2 import Undefined
 from jinja2.runtime import Context
 
+from pipeframe.templating.declared import Parameter
 from pipeframe.templating.errors import missing_parameter
 from pipeframe.templating.literals import ValueOperators, sql_literal
 
 STATE_KEY = "pipeframe:state"  # not an identifier, so no template can name it
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """A request parameter an endpoint accepts, as its template declares it."""
-
-    name: str
-    type: str
-    default: Any = None
-    description: str = ""
-    required: bool = False
-    enum: tuple = ()
-    item_type: str | None = None
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "default": _jsonable(self.default),
-            "description": self.description,
-            "required": self.required,
-            "enum": [_jsonable(item) for item in self.enum],
-            "item_type": self.item_type,
-        }
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, date):
-        return value.isoformat()
-    return str(value)
 
 
 class Mode(enum.Enum):

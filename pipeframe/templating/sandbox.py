@@ -1,24 +1,21 @@
 """The Jinja sandbox templates run in: unknown names become request parameters, every `{{ }}` a literal.
 
-Also guards the sandbox against resource bombs (`'x' * 10**9`, `2 ** 10**6`) and caches compiled templates.
+Also guards the sandbox against resource bombs (`'x' * 10**9`, `2 ** 10**6`) and compiles each template shape once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import marshal
 import operator
-import os
 import re
-import sys
 from functools import lru_cache
-from pathlib import Path
+from types import CodeType
 from typing import Any
 
-import jinja2
 from jinja2 import StrictUndefined, Template
 from jinja2.compiler import CodeGenerator
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.lexer import TokenStream
+from jinja2.parser import Parser
 from jinja2.runtime import Context, Macro, missing
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -141,46 +138,60 @@ def _environment() -> SqlSandbox:
 ENVIRONMENT = _environment()
 
 
-def _cache_dir() -> Path | None:
-    """Where compiled templates are kept between runs (like ruff's or mypy's cache); None disables it."""
-    if os.environ.get("PIPEFRAME_NO_CACHE"):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pipeframe" / "templates"
-
-
-# Compiled code depends on Jinja, Python and this module's code generator, so all three are in the key.
-CACHE_KEY = f"{jinja2.__version__}:{sys.version_info[:2]}:{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"
-
-
 @lru_cache(maxsize=4096)
 def compile_template(source: str) -> Template:
     """The compiled template for a source text (`%` line already blanked); raises TemplateSyntaxError.
 
-    Jinja's compile step dominates `pipeframe check` on large projects, so the code objects are kept on
-    disk keyed by a hash of the source and the Jinja/Python versions (the same idea as Jinja's bytecode
-    cache, which `from_string` templates do not use)."""
-    text = close_end_tags(source)
-    folder = _cache_dir()
-    path = None
-    if folder is not None:
-        digest = hashlib.sha256(f"{CACHE_KEY}\0{text}".encode()).hexdigest()
-        path = folder / digest[:2] / f"{digest}.bin"
-        try:
-            code = marshal.loads(path.read_bytes())
-            return ENVIRONMENT.template_class.from_code(ENVIRONMENT, code, ENVIRONMENT.make_globals(None))
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-    code = ENVIRONMENT.compile(text)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps(code))
-            os.replace(tmp, path)  # atomic: concurrent runs never read a half-written file
-        except OSError:
-            pass  # a read-only home directory only costs speed
+    Templates of one shape share their compile (`_compile`); across runs, the check cache (`compiler/cache.py`)
+    keeps what rendering found, so an unchanged template is not compiled at all."""
+    code = _compile(close_end_tags(source))
     return ENVIRONMENT.template_class.from_code(ENVIRONMENT, code, ENVIRONMENT.make_globals(None))
+
+
+_SHAPES: dict[tuple[tuple[int, str, str], ...], CodeType] = {}  # a template's tokens, text as markers -> code
+
+
+def _compile(text: str) -> CodeType:
+    """`ENVIRONMENT.compile(text)`, done once per template shape: the same endpoint over another table differs only
+    in its plain text, so the text becomes numbered markers in the tokens Jinja parses and compiles, and goes back
+    into the compiled code's constants. Line numbers, and so the lines of template errors, are `text`'s own."""
+    lexer = ENVIRONMENT.lexer
+    texts: list[str] = []
+    shape: list[tuple[int, str, str]] = []
+    try:
+        for lineno, kind, value in lexer.tokeniter(ENVIRONMENT.preprocess(text), None):
+            if kind == "data" and value:
+                texts.append(next(lexer.wrap([(lineno, kind, value)])).value)  # newlines normalized, as parsed
+                value = f"\x00{len(texts) - 1}\x00"
+            shape.append((lineno, kind, value))
+        key = tuple(shape)
+        code = _SHAPES.get(key)
+        if code is None:
+            parser = Parser(ENVIRONMENT, "")
+            parser.stream = TokenStream(lexer.wrap(key), None, None)  # what Environment._parse would tokenize
+            python = ENVIRONMENT._generate(parser.parse(), None, None)
+            if "\x00" in text or python.count("\\x00") != 2 * len(texts):  # a NUL of its own: no sharing
+                return ENVIRONMENT.compile(text)  # type: ignore[return-value]
+            if len(_SHAPES) >= 4096:
+                _SHAPES.clear()
+            code = _SHAPES[key] = ENVIRONMENT._compile(python, "<template>")
+    except TemplateSyntaxError:  # reported as Jinja reports it, lexing and parsing in step
+        return ENVIRONMENT.compile(text)  # type: ignore[return-value]
+    return _with_texts(code, texts) if texts else code
+
+
+_TEXT_MARKER = re.compile("\x00([0-9]+)\x00")
+
+
+def _with_texts(value: Any, texts: list[str]) -> Any:
+    """A compiled shape's constants (nested code and tuples included) with the markers replaced by their text."""
+    if isinstance(value, str):
+        return _TEXT_MARKER.sub(lambda m: texts[int(m.group(1))], value) if "\x00" in value else value
+    if isinstance(value, tuple):
+        return tuple(_with_texts(item, texts) for item in value)
+    if isinstance(value, CodeType):
+        return value.replace(co_consts=_with_texts(value.co_consts, texts))
+    return value
 
 
 def render_with(template: Template, state: RenderState, variables: dict[str, Any]) -> str:

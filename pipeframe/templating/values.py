@@ -10,7 +10,7 @@ import re
 from datetime import date, datetime
 from typing import Any
 
-from pipeframe.templating.literals import quote_string
+from pipeframe.sqltext import quote_string
 
 INT_RANGES: dict[str, tuple[int, int]] = {
     "Int": (-(2**63), 2**63 - 1),

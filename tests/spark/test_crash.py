@@ -139,7 +139,7 @@ def test_chunked_rebuild_killed_midway_resumes_and_counts_every_row_once(spark, 
     p = project(project_root, spark)
     p.deploy()
     p.append("events", events(seed=3, count=30, days=4))
-    old_hourly_path = p.warehouse.deployed()["datasource:hourly"].path
+    old_hourly_path = p.warehouse.snapshot(fresh=True).table("hourly").path
 
     code, steps, output = run_worker(project_root, "populate", kill_at, "8")  # 30 rows, 8 a chunk: 4 chunks
     assert code == -9, output
@@ -161,7 +161,7 @@ def test_chunked_rebuild_killed_midway_resumes_and_counts_every_row_once(spark, 
         assert steps[:progress.chunks + 1] == [*chunk_steps, "watermark committed"], output
         assert progress.done_chunks == progress.chunks and progress.processed_rows == progress.total_rows == 30
     swapped = kill_at == "swapped hourly"
-    assert (p.warehouse.deployed()["datasource:hourly"].path != old_hourly_path) == swapped
+    assert (p.warehouse.snapshot(fresh=True).table("hourly").path != old_hourly_path) == swapped
 
     # Ingestion goes on during the interrupted rebuild: the live table follows the new rows.
     result = p.append("events", events(seed=4, count=9, days=5))
@@ -180,7 +180,7 @@ def test_chunked_rebuild_killed_midway_resumes_and_counts_every_row_once(spark, 
     assert_refresh_settled(p, f"after resuming a rebuild killed at {kill_at!r}")
     [status] = p.status("hourly")
     assert status.status == "active" and status.backfill is None
-    live = p.warehouse.deployed()["datasource:hourly"].path
+    live = p.warehouse.snapshot(fresh=True).table("hourly").path
     assert live != old_hourly_path
     assert sorted(d.name for d in Path(live).parent.iterdir()) == [Path(live).name]  # no version left behind
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeframe.engine.deploy import ConflictingPlan
 from pipeframe.errors import PipeframeError, RefusedError
 from pipeframe.project import Project
 from tests.conftest import DAILY, EVENTS, HOURLY
@@ -36,7 +37,7 @@ def project(root: Path, spark) -> Project:
 
 
 def insert_events(p: Project, rows: list[tuple[str, str, int]]) -> None:
-    path = p.warehouse.deployed()["datasource:events"].path
+    path = p.warehouse.snapshot(fresh=True).table("events").path
     frame = p.spark.createDataFrame(rows, "ts STRING, user_id STRING, amount INT")
     frame.selectExpr("CAST(ts AS TIMESTAMP) AS ts", "user_id", "amount").write.format("delta").mode("append").save(path)
 
@@ -46,15 +47,15 @@ def deployed_with_one_event(root: Path, spark) -> tuple[Project, dict]:
     p = project(root, spark)
     p.deploy()
     insert_events(p, [("2024-05-01 10:00:00", "a", 5)])
-    return p, p.warehouse.deployed()
+    return p, p.warehouse.snapshot(fresh=True)
 
 
 def rows(p: Project, sql: str) -> list[tuple]:
     return [tuple(r) for r in p.query(sql).collect()]
 
 
-def table_files(p: Project, key: str) -> set[str]:
-    path = p.warehouse.deployed()[key].path
+def table_files(p: Project, name: str) -> set[str]:
+    path = p.warehouse.snapshot(fresh=True).table(name).path
     return {r[0] for r in p.spark.read.format("delta").load(path).selectExpr("input_file_name()").distinct().collect()}
 
 
@@ -77,15 +78,15 @@ def test_description_edit_rewrites_no_data_files(spark, project_dir):
     p = project(project_dir, spark)
     p.deploy()
     insert_events(p, [("2024-05-01 10:00:00", "a", 5), ("2024-05-01 11:00:00", "b", 7)])
-    before = table_files(p, "datasource:events")
+    before = table_files(p, "events")
     (project_dir / "datasources/events.datasource").write_text(EVENTS.replace("Raw events", "Raw click events"))
     p = project(project_dir, spark)
     plan = p.plan()
     [change] = plan.pending
-    assert (change.key, change.action, change.summary) == ("datasource:events", "alter", "no data moved")
+    assert (str(change.key), change.action, change.summary) == ("datasource:events", "alter", "no data moved")
     p.deploy()
-    assert table_files(p, "datasource:events") == before
-    path = p.warehouse.deployed()["datasource:events"].path
+    assert table_files(p, "events") == before
+    path = p.warehouse.snapshot(fresh=True).table("events").path
     assert spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["description"] == "Raw click events"
     assert not project(project_dir, spark).plan().has_changes
 
@@ -112,9 +113,9 @@ def test_view_query_change_rebuilds_beside_the_live_version_and_swaps(spark, pro
     (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("FROM events", "FROM events WHERE amount > 1"))
     p = project(project_dir, spark)
     plan = p.plan()
-    actions = {c.key: c.action for c in plan.pending}
+    actions = {str(c.key): c.action for c in plan.pending}
     assert actions == {"datasource:hourly": "rebuild", "datasource:daily": "rebuild"}  # downstream too
-    old_path = p.warehouse.deployed()["datasource:hourly"].path
+    old_path = p.warehouse.snapshot(fresh=True).table("hourly").path
     seen_during_backfill: list = []
 
     def on_step(step, change):
@@ -126,7 +127,7 @@ def test_view_query_change_rebuilds_beside_the_live_version_and_swaps(spark, pro
     p = project(project_dir, spark)
     assert rows(p, "SELECT n, total FROM hourly ORDER BY hour") == [(2, 12)]  # 11:00 had only amount 1
     assert rows(p, "SELECT n FROM daily") == [(2,)]
-    assert p.warehouse.deployed()["datasource:hourly"].path != old_path
+    assert p.warehouse.snapshot(fresh=True).table("hourly").path != old_path
     assert not Path(old_path).exists()  # the old version is removed after the swap
 
 
@@ -150,7 +151,7 @@ def test_type_change_with_forward_query_converts_rows(spark, project_dir):
         EVENTS.replace("`amount` INT", "`amount` DOUBLE")
         + "FORWARD_QUERY >\n    ts, user_id, CAST(amount AS DOUBLE) * 1.5 AS amount\n")
     p = project(project_dir, spark)
-    assert {c.key: c.action for c in p.plan().pending}["datasource:events"] == "rebuild"
+    assert {str(c.key): c.action for c in p.plan().pending}["datasource:events"] == "rebuild"
     p.deploy()
     assert rows(p, "SELECT user_id, amount FROM events") == [("a", 7.5)]
     assert rows(p, "SELECT n, total FROM hourly") == [(1, 7.5)]  # downstream views rebuilt from the new rows
@@ -159,15 +160,15 @@ def test_type_change_with_forward_query_converts_rows(spark, project_dir):
 def test_removed_file_is_refused_then_dropped_with_allow_destructive(spark, project_dir):
     p = project(project_dir, spark)
     p.deploy()
-    daily_path = p.warehouse.deployed()["datasource:daily"].path
+    daily_path = p.warehouse.snapshot(fresh=True).table("daily").path
     (project_dir / "pipes/daily.pipe").unlink()
     p = project(project_dir, spark)
     assert p.plan().exit_code() == 3
     with pytest.raises(PipeframeError):
         p.deploy()
-    assert "datasource:daily" in p.warehouse.deployed()
+    assert p.warehouse.snapshot(fresh=True).table("daily") is not None
     p.deploy(allow_destructive=True)
-    assert "datasource:daily" not in project(project_dir, spark).warehouse.deployed()
+    assert project(project_dir, spark).warehouse.snapshot(fresh=True).table("daily") is None
     assert not Path(daily_path).exists()
 
 
@@ -181,7 +182,7 @@ def test_dropping_a_datasource_a_view_reads_is_refused_with_dependents(spark, pr
         [diagnostic] = err.value.diagnostics
         assert diagnostic.code == "PF607" and err.value.exit_code == 3
         assert diagnostic.message == "Cannot drop `events`: it is read by hourly."
-    assert "datasource:events" in p.warehouse.deployed()
+    assert p.warehouse.snapshot(fresh=True).table("events") is not None
 
 
 def test_failing_backfill_leaves_live_tables_and_state_unchanged(spark, project_dir):
@@ -192,7 +193,7 @@ def test_failing_backfill_leaves_live_tables_and_state_unchanged(spark, project_
     with pytest.raises(PipeframeError) as err:
         p.deploy()
     assert err.value.code == "PF603" and "previous version is still live" in err.value.diagnostics[0].hint
-    assert p.warehouse.deployed() == before
+    assert p.warehouse.snapshot(fresh=True) == before
     assert rows(p, "SELECT count(*) FROM hourly") == [(0,)]
     assert p.history()[-1].result == "failed"
     (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*)", "count(ts)"))
@@ -213,7 +214,7 @@ def test_deploy_killed_during_backfill_changes_nothing_and_the_next_deploy_compl
     worker.wait(timeout=300)
     assert worker.returncode == -9, worker.stderr.read()
     p = project(project_dir, spark)
-    assert p.warehouse.deployed() == before
+    assert p.warehouse.snapshot(fresh=True) == before
     assert rows(p, "SELECT count(*) FROM hourly") == [(0,)]
     p.deploy()  # takes over the dead process's lock
     assert rows(project(project_dir, spark), "SELECT n, total FROM hourly") == [(1, 5)]
@@ -237,8 +238,28 @@ def test_concurrent_deploys_one_wins_the_other_fails_clearly(spark, project_dir,
     p = project(project_dir, spark)
     assert not p.plan().has_changes
     assert [d.result for d in p.history()] == ["succeeded"]
-    assert json.dumps([r.key for r in p.warehouse.deployed().values()])
+    assert json.dumps([str(r.key) for r in p.warehouse.snapshot(fresh=True).values()])
     time.sleep(0)
+
+
+def test_a_plan_made_before_another_deploy_landed_is_refused_and_changes_nothing(spark, project_dir):
+    project(project_dir, spark).deploy()
+    (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*) AS n", "count(user_id) AS n"))
+    planner = project(project_dir, spark)
+    stale = planner.plan()
+    assert [str(c.key) for c in stale.pending] == ["datasource:hourly", "datasource:daily"]
+    # Meanwhile another deploy (another CI job, another process) lands a different version of the files.
+    (project_dir / "datasources/events.datasource").write_text(EVENTS.replace("Raw events", "Raw events, v2"))
+    project(project_dir, spark).deploy()
+    landed = project(project_dir, spark).warehouse.snapshot()
+    with pytest.raises(ConflictingPlan) as err:
+        planner.deploy(plan=stale)
+    assert (err.value.code, err.value.exit_code) == ("PF608", 4)
+    assert "changed since this plan was made" in err.value.diagnostics[0].message
+    assert "Run the command again" in err.value.diagnostics[0].hint
+    assert project(project_dir, spark).warehouse.snapshot() == landed  # nothing of the stale plan applied
+    assert [d.result for d in planner.history()] == ["succeeded", "succeeded"]
+    assert not project(project_dir, spark).plan().has_changes  # planned anew, it is the files as deployed
 
 
 def test_layout_partitioning_clustering_ttl_and_backfill_skip(spark, project_dir):
@@ -248,11 +269,11 @@ def test_layout_partitioning_clustering_ttl_and_backfill_skip(spark, project_dir
         "SCHEMA >\n    `day` TIMESTAMP,\n    `n` BIGINT\nENGINE_SORTING_KEY day\nBACKFILL skip\n")
     p = project(project_dir, spark)
     p.deploy()
-    deployed = p.warehouse.deployed()
-    events = spark.sql(f"DESCRIBE DETAIL delta.`{deployed['datasource:events'].path}`").first()
+    deployed = p.warehouse.snapshot(fresh=True)
+    events = spark.sql(f"DESCRIBE DETAIL delta.`{deployed.table('events').path}`").first()
     assert events["partitionColumns"] == ["__pf_partition"]
     assert events["properties"]["pipeframe.zorder"] == "user_id"  # partitioned: clustered by Z-order on OPTIMIZE
-    daily = spark.sql(f"DESCRIBE DETAIL delta.`{deployed['datasource:daily'].path}`").first()
+    daily = spark.sql(f"DESCRIBE DETAIL delta.`{deployed.table('daily').path}`").first()
     assert daily["clusteringColumns"] == ["day"]  # liquid clustering
 
     insert_events(p, [("2000-01-01 00:00:00", "old", 1), ("2999-01-01 00:00:00", "new", 2)])
@@ -261,7 +282,7 @@ def test_layout_partitioning_clustering_ttl_and_backfill_skip(spark, project_dir
         + "ENGINE_PARTITION_KEY to_date(ts)\nENGINE_TTL ts + INTERVAL 30 DAYS\n")
     (project_dir / "pipes/hourly.pipe").write_text(HOURLY.replace("count(*)", "count(ts)"))
     p = project(project_dir, spark)
-    assert {c.key: c.action for c in p.plan().pending} == {
+    assert {str(c.key): c.action for c in p.plan().pending} == {
         "datasource:events": "alter", "datasource:hourly": "rebuild", "datasource:daily": "rebuild"}
     p.deploy()
     assert rows(p, "SELECT user_id FROM events") == [("new",)]  # the expired row was deleted by deploy

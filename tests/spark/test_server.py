@@ -174,7 +174,7 @@ def count(project: Project, table: str) -> int:
 def tables(project: Project) -> dict[str, tuple[int, int]]:
     """Every deployed table's row count and latest Delta version."""
     found = {}
-    for resource in project.warehouse.deployed().values():
+    for resource in project.warehouse.snapshot(fresh=True).values():
         if resource.path:
             history = project.spark.sql(f"DESCRIBE HISTORY delta.`{resource.path}` LIMIT 1").first()
             rows = project.spark.read.format("delta").load(resource.path).count()

@@ -99,7 +99,7 @@ def test_paused_view_shows_lag_and_catches_up_on_resume(project):
 
 def test_a_failing_view_shows_the_error_and_recover_brings_it_back(project):
     project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
-    hourly_path = project.warehouse.deployed()["datasource:hourly"].path
+    hourly_path = project.warehouse.snapshot(fresh=True).table("hourly").path
     shutil.rmtree(hourly_path)  # someone deleted the view's files
     result = project.append("events", events(("2024-05-01 11:00:00", "b", 2)))
     assert {v.view: v.outcome for v in result.views}["hourly"] == "error"
@@ -117,7 +117,7 @@ def test_a_failing_view_shows_the_error_and_recover_brings_it_back(project):
 
 def test_refresh_picks_up_rows_from_other_jobs_and_in_place_changes_make_views_stale(project):
     project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
-    path = project.warehouse.deployed()["datasource:events"].path
+    path = project.warehouse.snapshot(fresh=True).table("events").path
     other_job = project.spark.createDataFrame([("2024-05-01 10:30:00", "x", 4)], "ts STRING, user_id STRING, amount INT")
     other_job.selectExpr("CAST(ts AS TIMESTAMP) ts", "user_id", "amount").write.format("delta").mode("append").save(path)
     assert [v.outcome for v in project.refresh()] == ["applied", "applied"]
@@ -136,7 +136,7 @@ def test_refresh_picks_up_rows_from_other_jobs_and_in_place_changes_make_views_s
 def test_optimize_compacts_states_to_one_row_per_key_with_identical_results(project):
     for minute in range(3):
         project.append("events", events((f"2024-05-01 10:0{minute}:00", "a", minute), ("2024-05-02 10:00:00", "b", 1)))
-    hourly_path = project.warehouse.deployed()["datasource:hourly"].path
+    hourly_path = project.warehouse.snapshot(fresh=True).table("hourly").path
     state_rows = project.spark.read.format("delta").load(hourly_path).count()
     assert state_rows == 6
     before = rows(project, "SELECT hour, n, total FROM hourly ORDER BY 1")

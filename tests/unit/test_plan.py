@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeframe.compiler.graph import ResourceKey
 from pipeframe.plan.diff import Change, Plan, diff
 from pipeframe.plan.render import plan_lines, print_plan
 from pipeframe.plan.state import ResourceState, desired_state
@@ -30,11 +31,11 @@ BASE = {"datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY, "p
         "pipes/top.pipe": TOP}
 
 
-def states(root: Path) -> dict[str, ResourceState]:
+def states(root: Path) -> dict[ResourceKey, ResourceState]:
     return desired_state(Project(root, environ={}).require_valid())
 
 
-def stored(desired: dict[str, ResourceState]) -> dict[str, ResourceState]:
+def stored(desired: dict[ResourceKey, ResourceState]) -> dict[ResourceKey, ResourceState]:
     """What the state store gives back: every state through JSON text and ResourceState.from_json."""
     return {key: ResourceState.from_json(json.loads(json.dumps(s.to_json()))) for key, s in desired.items()}
 
@@ -58,11 +59,11 @@ def evolve(tmp_path):
 
 
 def pending(plan: Plan) -> dict[str, tuple[str, str]]:
-    return {c.key: (c.action, c.summary) for c in plan.pending}
+    return {str(c.key): (c.action, c.summary) for c in plan.pending}
 
 
 def by_key(plan: Plan) -> dict[str, Change]:
-    return {c.key: c for c in plan.changes}
+    return {str(c.key): c for c in plan.changes}
 
 
 # ----------------------------------------------------------------------------------------------- no change
@@ -81,14 +82,14 @@ def test_empty_warehouse_creates_everything_in_dependency_order():
     plan = diff(desired, {})
     assert [c.key for c in plan.changes] == list(desired)
     assert {c.action for c in plan.changes} == {"create"} and plan.exit_code() == 2
-    summaries = {c.key: c.summary for c in plan.changes}
+    summaries = {str(c.key): c.summary for c in plan.changes}
     assert summaries["datasource:sales"] == "new table"
     assert summaries["datasource:sales_by_hour"] == "create and backfill from `sales`"
     assert summaries["datasource:sales_by_day"] == "create and backfill from `sales_by_hour`"
     assert summaries["pipe:top_products"] == "new endpoint"
     assert summaries["pipe:daily_snapshot"] == "new copy pipe"
     change = by_key(plan)["datasource:sales_by_hour"]
-    assert (change.kind, change.desired, change.deployed) == ("view", desired["datasource:sales_by_hour"], None)
+    assert (change.kind, change.desired, change.deployed) == ("view", desired[ResourceKey.datasource("sales_by_hour")], None)
 
 
 def test_new_file_is_created_beside_unchanged_ones(evolve):
@@ -154,7 +155,7 @@ def test_type_change_without_forward_query_is_refused_naming_the_column(evolve):
     for allow in (False, True):
         plan = evolve(after, allow_destructive=allow)
         [refused] = plan.refused
-        assert (refused.key, refused.action) == ("datasource:events", "rebuild")
+        assert (str(refused.key), refused.action) == ("datasource:events", "rebuild")
         assert refused.refused == ("column `amount` changes type INT → STRING; existing rows cannot be converted "
                                    "without a FORWARD_QUERY")
         assert refused.hint == ("Add a FORWARD_QUERY > block to events.datasource that selects the old columns "
@@ -176,9 +177,9 @@ def test_type_change_with_forward_query_rebuilds_and_cascades_to_views(evolve):
     changes = by_key(plan)
     assert changes["datasource:events"].details == ("column `user_id`: STRING → BIGINT", "FORWARD_QUERY added")
     assert changes["datasource:events"].cause is None
-    assert (changes["datasource:hourly"].cause, changes["datasource:hourly"].details) == (
+    assert (str(changes["datasource:hourly"].cause), changes["datasource:hourly"].details) == (
         "datasource:events", ("upstream `events` is rebuilt",))
-    assert (changes["datasource:daily"].cause, changes["datasource:daily"].details) == (
+    assert (str(changes["datasource:daily"].cause), changes["datasource:daily"].details) == (
         "datasource:hourly", ("upstream `hourly` is rebuilt",))
     assert changes["pipe:top"].action == "unchanged"  # pipes own no table: nothing to rebuild
 
@@ -224,7 +225,7 @@ def test_view_query_change_rebuilds_it_and_its_downstream_views(evolve):
     }
     changes = by_key(plan)
     assert (changes["datasource:hourly"].details, changes["datasource:hourly"].cause) == (("view query changed",), None)
-    assert changes["datasource:daily"].cause == "datasource:hourly"
+    assert str(changes["datasource:daily"].cause) == "datasource:hourly"
     assert changes["datasource:daily"].details == ("upstream `hourly` is rebuilt",)
 
 
@@ -234,7 +235,7 @@ def test_cascade_turns_an_alter_into_a_rebuild_keeping_its_details(evolve):
                    "datasources/daily.datasource": "DESCRIPTION >\n    Per day\nSCHEMA >\n    `day` TIMESTAMP,\n"
                                                    "    `n` BIGINT\n", "pipes/daily.pipe": daily})
     change = by_key(plan)["datasource:daily"]
-    assert change.action == "rebuild" and change.cause == "datasource:hourly"
+    assert change.action == "rebuild" and str(change.cause) == "datasource:hourly"
     assert change.details == ("description changed", "upstream `hourly` is rebuilt")
 
 
@@ -271,7 +272,7 @@ def test_removed_file_is_a_refused_drop_unless_allowed(evolve):
     assert plan.changes[-1] is change and plan.exit_code() == 3
     allowed = evolve({}, remove=("pipes/daily.pipe",), allow_destructive=True)
     assert allowed.refused == [] and allowed.exit_code() == 2
-    assert (allowed.changes[-1].action, allowed.changes[-1].deployed.key) == ("drop", "datasource:daily")
+    assert (allowed.changes[-1].action, str(allowed.changes[-1].deployed.key)) == ("drop", "datasource:daily")
 
 
 def test_removed_endpoint_is_a_drop_too(evolve):
@@ -281,11 +282,11 @@ def test_removed_endpoint_is_a_drop_too(evolve):
 
 def test_dropping_what_a_view_reads_is_refused_with_dependents_even_when_allowed():
     deployed = stored(states(EXAMPLE))
-    desired = {k: s for k, s in states(EXAMPLE).items() if k != "datasource:sales"}
+    desired = {k: s for k, s in states(EXAMPLE).items() if str(k) != "datasource:sales"}
     for allow in (False, True):
         plan = diff(desired, deployed, allow_destructive=allow)
         [change] = plan.refused
-        assert (change.key, change.action) == ("datasource:sales", "drop")
+        assert (str(change.key), change.action) == ("datasource:sales", "drop")
         assert change.refused == "`sales` is read by customers_by_country, sales_by_category, sales_by_hour"
         assert change.hint == ("Remove or change customers_by_country, sales_by_category, sales_by_hour first, "
                                "then drop `sales` with --allow-destructive.")

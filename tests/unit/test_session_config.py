@@ -235,3 +235,19 @@ def test_no_jvm_needed_for_settings_and_the_java_check(tmp_path):
             "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, 'pyspark was imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_resolved_jars_are_remembered_and_forgotten_when_a_file_is_gone(tmp_path, monkeypatch):
+    from pipeframe.engine.session import ResolvedJars
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    jars = [tmp_path / "delta-spark.jar", tmp_path / "delta-storage.jar"]
+    for jar in jars:
+        jar.write_bytes(b"PK")
+    cache = ResolvedJars(["org.example:extra:1.0"])
+    assert cache.load() == []  # never resolved: ivy resolves on this start
+    cache.save([f"file://{jar}" for jar in jars])
+    assert ResolvedJars(["org.example:extra:1.0"]).load() == [f"file://{jar}" for jar in jars]
+    assert ResolvedJars([]).load() == []  # other packages, other resolution
+    jars[1].unlink()
+    assert ResolvedJars(["org.example:extra:1.0"]).load() == []  # a jar was removed: resolve again

@@ -9,15 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from pipeframe.compiler.types import (
-    ColumnType,
-    TypeProblem,
-    from_sqlglot,
-    is_safe_cast,
-    normalize_type,
-    parse_column_type,
-    to_sqlglot,
-)
+from pipeframe.compiler.types import from_sqlglot, is_safe_cast, to_sqlglot
+from pipeframe.datafiles.types import ColumnType, TypeProblem, normalize_type, parse_column_type
 
 GENERIC_HINT = (
     "Use a Spark SQL type such as STRING, BIGINT, DOUBLE, TIMESTAMP, "

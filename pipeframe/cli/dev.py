@@ -10,15 +10,16 @@ from pathlib import Path
 
 import click
 
-from pipeframe.cli import ENV_OPTION, PROJECT_OPTION, _project, main, run
+from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, run
 from pipeframe.errors import PipeframeError
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent.parent / "templates"
+
 # Written by pipeframe into a project folder (and by Python next to the package); never part of a template.
 NOT_TEMPLATE = {".pipeframe", "__pycache__"}
 
 
-@main.command()
+@click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP API listens on.")
 @click.option("--port", type=int, default=7181, show_default=True, help="Port of the HTTP API (0: any free one).")
 @PROJECT_OPTION
@@ -39,10 +40,10 @@ def dev(host: str, port: int, project_dir: str, env: str) -> None:
     """
     from pipeframe.dev import DevLoop
 
-    run(lambda: DevLoop(project_dir, env=env).run(host, port))
+    run(lambda: DevLoop(project_dir, env=env, echo=click.echo, style=click.style).run(host, port))
 
 
-@main.command()
+@click.command()
 @click.argument("names", nargs=-1, metavar="[NAMES]...")
 @click.option("--update", is_flag=True,
               help="Rewrite each failing case's expectation (rows or HTTP status) with the current answer.")
@@ -80,7 +81,7 @@ def test(names: tuple[str, ...], update: bool, project_dir: str, env: str | None
                 click.secho(result.case.file, bold=True)
             _print_result(result)
 
-        report = run_tests(_project(project_dir, env), names, update, on_result, on_step)
+        report = run_tests(load_project(project_dir, env), names, update, on_result, on_step)
         if not report.results:
             click.echo("No endpoint tests found: add tests/<endpoint>.yaml (see `pipeframe init`).")
             return 0
@@ -121,7 +122,7 @@ def _print_summary(report, elapsed: float) -> None:
         click.echo("    Rerun with --update to accept the current answers as the expectations.")
 
 
-@main.command()
+@click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 def init(directory: str) -> None:
     """Create a working starter project in DIRECTORY (default: the current folder).
@@ -175,3 +176,6 @@ def copy_starter(target: Path) -> list[Path]:
         shutil.copyfile(source, destination)
         created.append(destination)
     return created
+
+
+COMMANDS = [dev, test, init]

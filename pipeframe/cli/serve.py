@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from pipeframe.cli import ENV_OPTION, PROJECT_OPTION, _project, main, run
+from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, run
 from pipeframe.errors import PipeframeError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-@main.command()
+@click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on (0.0.0.0 for every interface).")
 @click.option("--port", default=7181, show_default=True, type=click.IntRange(0, 65535),
@@ -36,9 +36,9 @@ def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
         from pipeframe.copy import CopyScheduler, schedules
         from pipeframe.server import RunningServer, Service, serve_forever
 
-        project = _project(project_dir, env)
+        project = load_project(project_dir, env)
         project.require_valid()
-        if not project.warehouse.deployed():
+        if not project.snapshot:
             raise PipeframeError("PF818", f"Nothing is deployed in {project.config.warehouse_uri}.",
                                  "Run `pipeframe deploy` first (and `pipeframe append --fixtures` for sample rows).")
         pending = project.plan().pending
@@ -70,3 +70,6 @@ def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
         return 0
 
     run(body)
+
+
+COMMANDS = [serve]

@@ -1,0 +1,5 @@
+"""`python -m pipeframe.cli`: the same as the `pipeframe` command."""
+
+from pipeframe.cli import main
+
+main()

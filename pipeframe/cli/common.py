@@ -1,0 +1,97 @@
+"""What every `pipeframe` command shares: the --project/--env options, opening the Project, running a command body
+(PipeframeErrors print as diagnostics with their exit code, never as tracebacks) and the printing helpers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import click
+
+from pipeframe.errors import Diagnostic, PipeframeError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from pipeframe.project import Project
+
+PROJECT_OPTION = click.option(
+    "-p", "--project", "project_dir", default=".", envvar="PIPEFRAME_PROJECT", show_default=True,
+    type=click.Path(file_okay=False), help="Project folder (or set PIPEFRAME_PROJECT).")
+
+ENV_OPTION = click.option("--env", "env", default=None, envvar="PIPEFRAME_ENV",
+                          help="Environment from pipeframe.yaml `environments:` (or PIPEFRAME_ENV).")
+
+
+def load_project(project_dir: str, env: str | None, cache: bool = True) -> Project:
+    """The Project of --project/--env (imported here: `pipeframe --help` need not load it)."""
+    from pipeframe.project import Project
+
+    return Project(project_dir, env=env, cache=cache)
+
+
+def rich_console() -> Console:
+    """A rich Console for tables and progress lines."""
+    from rich.console import Console
+
+    # Long lines stay whole in CI logs, and tables get room there instead of an 80-column squeeze.
+    console = Console(highlight=False, soft_wrap=True)
+    return console if console.is_terminal else Console(highlight=False, soft_wrap=True, width=160)
+
+
+def print_diagnostic(d: Diagnostic) -> None:
+    color = {"error": "red", "warning": "yellow"}.get(d.severity, "cyan")
+    where = f"{d.location} " if d.location else ""
+    click.echo(f"{where}{click.style(d.code, fg=color, bold=True)} {click.style(d.severity, fg=color)}: {d.message}",
+               err=False)
+    if d.hint:
+        click.echo(f"    {click.style('fix:', fg='green')} {d.hint}")
+
+
+def run(action: Callable[[], int | None]) -> None:
+    """Run a command body: PipeframeErrors print as diagnostics (exit 1), never as tracebacks."""
+    try:
+        code = action()
+    except PipeframeError as err:
+        for d in err.diagnostics:
+            print_diagnostic(d)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit:
+        raise
+    except Exception as exc:
+        if os.environ.get("PIPEFRAME_DEBUG"):
+            raise
+        click.echo(f"PF999 internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo("    fix: this is a pipeframe bug; rerun with PIPEFRAME_DEBUG=1 and report the traceback.",
+                   err=True)
+        sys.exit(70)
+    sys.exit(code or 0)
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--param k=v` options as a dict; a malformed one is a usage error naming it."""
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise PipeframeError("PF805", f"`--param {pair}` is not of the form name=value.",
+                                 "Write each parameter as --param name=value, e.g. --param limit=10.")
+        params[name.strip()] = value
+    return params
+
+
+def print_refreshes(results) -> int:
+    """One line per view refreshed after a write; 1 when a view failed."""
+    colors = {"applied": "green", "rebuilt": "green", "up to date": None, "paused": "yellow", "stale": "yellow",
+              "error": "red"}
+    for r in results:
+        versions = f" (source version {r.from_version} → {r.to_version})" if r.outcome == "applied" \
+            and r.from_version is not None else ""
+        message = f": {r.message}" if r.message else ""
+        click.echo(f"  {r.view}: " + click.style(r.outcome, fg=colors.get(r.outcome)) + versions + message)
+    return 1 if any(r.failed for r in results) else 0

@@ -1,0 +1,91 @@
+"""The query commands of the `pipeframe` CLI: `query` (ad-hoc Spark SQL over the deployed resources) and
+`endpoint` (an endpoint pipe called as its HTTP route would be)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, parse_params, rich_console, run
+
+
+@click.command()
+@click.argument("sql_text", metavar="SQL")
+@PROJECT_OPTION
+@ENV_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "ndjson"]), default="table",
+              show_default=True)
+@click.option("--limit", type=int, default=1000, show_default=True, help="Print at most this many rows.")
+def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int) -> None:
+    """Run ad-hoc Spark SQL over the deployed resources, by name.
+
+    Views read as finalized values (merged states); `uniqMerge(col)`-style calls work on explicit states.
+
+    \b
+    Example:
+      pipeframe query "SELECT product, sum(revenue) FROM sales_by_hour GROUP BY 1" -p example_project
+    """
+
+    def body() -> int:
+        frame = load_project(project_dir, env).query(sql_text)
+        columns = frame.columns
+        rows = [row.asDict(recursive=True) for row in frame.limit(limit).collect()]
+        print_rows(columns, rows, fmt)
+        return 0
+
+    run(body)
+
+
+@click.command()
+@click.argument("pipe")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="A request parameter (repeatable), validated against the pipe's typed parameters.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "ndjson"]), default="table",
+              show_default=True, help="json is the HTTP API's answer: meta, data, rows, statistics.")
+@PROJECT_OPTION
+@ENV_OPTION
+def endpoint(pipe: str, params: tuple[str, ...], fmt: str, project_dir: str, env: str | None) -> None:
+    """Call an endpoint pipe with parameters, as `GET /v0/pipes/PIPE.json` would.
+
+    \b
+    Example:
+      pipeframe endpoint top_products --param limit=3 --param start="2024-05-15 00:00:00" -p example_project
+    """
+
+    def body() -> int:
+        result = load_project(project_dir, env).endpoint(pipe, **parse_params(params))
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            print_rows(result.columns, result.data, fmt)
+        return 0
+
+    run(body)
+
+
+def print_rows(columns: list[str], rows: list[dict], fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps({"meta": [{"name": c} for c in columns], "data": rows, "rows": len(rows)},
+                              indent=2, default=str))
+    elif fmt == "ndjson":
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        from rich.table import Table
+
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
+        rich_console().print(table)
+        click.echo(f"{len(rows)} row(s)")
+
+
+COMMANDS = [query, endpoint]

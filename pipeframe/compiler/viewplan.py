@@ -1,0 +1,130 @@
+"""A materialized pipe's compiled form as plain data: its verdict, its target's columns and the plan that builds
+their states, with node SQL parsed only on first use. Nothing here imports sqlglot when loaded, so a compiled
+project read back from the check cache (`compiler/cache.py`) answers `pipeframe check` without it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, overload
+
+from pipeframe.compiler.aggregates import BY_KIND
+from pipeframe.errors import Diagnostic, Location
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+VerdictStatus = Literal["accepted", "rewritten", "rejected"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: VerdictStatus
+    rewrites: tuple[str, ...] = ()
+    problems: tuple[Diagnostic, ...] = ()
+
+
+@dataclass(frozen=True)
+class ViewColumn:
+    """A column of a materialized target: a key, a plain value, or a state."""
+
+    name: str
+    type: str | None  # physical type (the state's type for state columns); None: Spark decides at deploy
+    state: str | None = None  # AggregateState.kind
+    params: tuple[str, ...] = ()
+    value_type: str | None = None  # the type users see when reading the target by name
+    explicit: bool = False  # written as xState(...): reads return the merged state, for xMerge(...)
+
+    def read_sql(self) -> str:
+        """How reading the target by name presents this column (over the grouped state rows)."""
+        col = f"`{self.name}`"
+        if self.state is None:
+            return col
+        state = BY_KIND[self.state]
+        sql = state.combine_sql(col) if self.explicit else state.finalize_sql(col, list(self.params))
+        return f"{sql} AS {col}"
+
+
+class ParsedNodes(Sequence["tuple[str, exp.Query]"]):
+    """A pipe's nodes as (name, parsed query) pairs, parsed on first use. Pickling keeps only the SQL text and
+    where it starts in the file, so nothing is parsed until a caller asks for a tree or for SQL."""
+
+    def __init__(self, texts: tuple[tuple[str, str, Location], ...], trees: Sequence[exp.Query] | None = None):
+        self.texts = texts  # (node name, analysis-mode SQL, where the SQL starts)
+        self._pairs = None if trees is None else [(name, tree) for (name, _, _), tree in zip(texts, trees)]
+
+    def _parsed(self) -> list[tuple[str, exp.Query]]:
+        if self._pairs is None:
+            from pipeframe.compiler.sql import parse_select  # the texts parsed once already: this cannot fail
+
+            self._pairs = [(name, parse_select(sql, base)) for name, sql, base in self.texts]  # type: ignore[misc]
+        return self._pairs
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, exp.Query]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, exp.Query]]: ...
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._parsed()[index]
+
+    def __iter__(self) -> Iterator[tuple[str, exp.Query]]:
+        return iter(self._parsed())
+
+    def __getstate__(self) -> tuple[tuple[str, str, Location], ...]:
+        return self.texts
+
+    def __setstate__(self, texts: tuple[tuple[str, str, Location], ...]) -> None:
+        self.texts, self._pairs = texts, None
+
+
+@dataclass(frozen=True)
+class StateSelect:
+    """What the state SQL of a view is built from: the nodes up to the materialized one, the projections replaced
+    by state expressions (index → SQL), the DISTINCT turned into a GROUP BY, and the trigger read as the batch
+    of new rows. Calling it builds the SQL (`states.build_state_sql`)."""
+
+    nodes: ParsedNodes = field(compare=False)
+    replacements: tuple[tuple[int, str], ...]
+    distinct_to_group: bool
+    trigger: str | None
+
+    def __call__(self) -> str:
+        from pipeframe.compiler.states import build_state_sql
+
+        return build_state_sql(self)
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    keys: tuple[str, ...]
+    columns: tuple[ViewColumn, ...]
+    rewrites: tuple[str, ...]
+    aggregated: bool
+    build_state_sql: Callable[[], str] = field(compare=False, repr=False)
+
+    @cached_property
+    def state_sql(self) -> str:
+        """The SELECT that turns the block of new rows (`__pf_batch`) into state rows for the target."""
+        return self.build_state_sql()
+
+    def read_sql(self, relation: str) -> str:
+        """SELECT over the physical target that merges state rows per key into user-visible values."""
+        if not self.aggregated:
+            return f"SELECT * FROM {relation}"
+        cols = ", ".join(c.read_sql() for c in self.columns)
+        group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
+        return f"SELECT {cols} FROM {relation}{group}"
+
+    def compact_sql(self, relation: str) -> str:
+        """SELECT that folds state rows into one row per key, still as states (for optimize)."""
+        if not self.aggregated:
+            return f"SELECT * FROM {relation}"
+        cols = ", ".join(
+            f"`{c.name}`" if c.state is None else f"{BY_KIND[c.state].combine_sql(f'`{c.name}`')} AS `{c.name}`"
+            for c in self.columns)
+        group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
+        return f"SELECT {cols} FROM {relation}{group}"

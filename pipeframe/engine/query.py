@@ -1,0 +1,99 @@
+"""Running a pipe's SQL on Spark, the Spark side of `pipeframe.endpoints`: the statement planned and collected,
+the rows and bytes its scans read, and a Spark error turned into a PF807 naming the pipe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pipeframe.errors import PipeframeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipeframe.compiler.compile import CompiledPipe
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A query's rows as Spark returns them, its (column, Spark type) pairs and what its scans read."""
+
+    meta: tuple[tuple[str, str], ...]
+    rows: list[tuple[Any, ...]]
+    rows_read: int
+    bytes_read: int
+
+
+def plan(spark: SparkSession, sql: str, pipe: CompiledPipe) -> DataFrame:
+    """The DataFrame of `sql` (analysed, not yet run); a Spark error is a PF807 naming `pipe`."""
+    with query_errors(pipe):
+        return spark.sql(sql)
+
+
+def collect(frame: DataFrame, pipe: CompiledPipe) -> Answer:
+    """Run `frame` and return its rows, schema and scan statistics; a Spark error is a PF807 naming `pipe`."""
+    with query_errors(pipe):
+        rows = frame.collect()
+    meta = tuple((f.name, f.dataType.simpleString()) for f in frame.schema.fields)
+    return Answer(meta, rows, *scan_statistics(frame))
+
+
+@contextmanager
+def query_errors(pipe: CompiledPipe) -> Iterator[None]:
+    """A Spark error while planning or running a pipe's query (say, a division by zero under ANSI mode for
+    some parameter values) becomes a PF807 naming the pipe, never a traceback."""
+    try:
+        yield
+    except Exception as exc:
+        # pyspark may fail while converting a JVM error (a logging TypeError): the JVM error is its context
+        error = exc if _from_spark(exc) else exc.__context__
+        if error is None or not _from_spark(error):
+            raise
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        first = next((line for line in lines if ERROR_CLASS.search(line)), lines[0] if lines else type(error).__name__)
+        first = first[first.index("["):] if ERROR_CLASS.search(first) else first
+        raise PipeframeError("PF807", f"The query of `{pipe.name}` failed in Spark: {first}",
+                             f"Check the SQL of {pipe.definition.location.path} for these parameter values "
+                             f"(`pipeframe sql {pipe.name}` prints it).", http_status=500) from None
+
+
+ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]+\]")  # Spark's error classes, e.g. [DIVIDE_BY_ZERO]
+
+
+def _from_spark(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith(("pyspark", "py4j"))
+
+
+def scan_statistics(frame: DataFrame) -> tuple[int, int]:
+    """(rows, bytes) read by the file scans of an executed DataFrame, from Spark's SQL metrics.
+
+    (0, 0) when the plan is not reachable (Spark Connect)."""
+    try:
+        plan = frame._jdf.queryExecution().executedPlan()  # the scan metrics live on the JVM plan
+    except Exception:  # noqa: BLE001
+        return 0, 0
+    rows = size = 0
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        kind = node.getClass().getSimpleName()
+        if kind == "AdaptiveSparkPlanExec":
+            stack.append(node.executedPlan())
+            continue
+        if kind.endswith("QueryStageExec"):
+            stack.append(node.plan())
+            continue
+        if "Scan" in kind:
+            metrics = node.metrics()
+            found = metrics.get("numOutputRows")
+            if found.isDefined():
+                rows += int(found.get().value())
+            found = metrics.get("filesSize")
+            if found.isDefined():
+                size += int(found.get().value())
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return rows, size

@@ -1,0 +1,113 @@
+"""The HTTP app of `pipeframe serve` and `pipeframe dev`: the FastAPI app over a Service (error shapes, routes, the
+OpenAPI document) and the uvicorn server that runs it in a background thread."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+import uvicorn
+from fastapi import FastAPI
+
+from pipeframe.errors import PipeframeError
+from pipeframe.server.auth import HideTokens
+from pipeframe.server.errors import add_error_handlers
+from pipeframe.server.openapi import add_docs_routes
+from pipeframe.server.routes import add_event_routes, add_pipe_routes, add_view_routes
+from pipeframe.server.service import Service
+
+
+def create_app(service: Service) -> FastAPI:
+    """The FastAPI app over `service`: routes, error shapes and the OpenAPI document."""
+    app = FastAPI(title="pipeframe", version=_version(), openapi_url=None, docs_url=None, redoc_url=None)
+    add_error_handlers(app)
+    add_pipe_routes(app, service)
+    add_event_routes(app, service)
+    add_view_routes(app, service)
+    add_docs_routes(app, service)
+    return app
+
+
+def _version() -> str:
+    try:
+        return version("pipeframe")
+    except PackageNotFoundError:
+        return "dev"
+
+
+@dataclass
+class RunningServer:
+    """A server listening in a background thread; `port` is the bound one (useful with port 0)."""
+
+    service: Service
+    server: uvicorn.Server
+    thread: threading.Thread
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def wait(self) -> None:
+        """Block until the server stops (timed joins, so Ctrl-C reaches the caller)."""
+        while self.thread.is_alive():
+            self.thread.join(0.5)
+
+    def stop(self) -> None:
+        for job in reversed(self.service.jobs):
+            job.stop()
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) -> RunningServer:
+    """Listen on host:port (0 picks a free port) in a background thread, then start the service's jobs."""
+    config = uvicorn.Config(create_app(service), host=host, port=port, log_level="info", lifespan="off",
+                            timeout_graceful_shutdown=10)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # the caller prints where it listens
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, HideTokens) for f in access.filters):
+        access.addFilter(HideTokens())
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"pipeframe-http-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise PipeframeError("PF817", f"Cannot listen on {host}:{port}.",
+                                 "Another process may use that port: pass --port with a free one (0 picks any).")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    running = RunningServer(service, server, thread, host, bound)
+    for job in service.jobs:
+        job.start(service)
+    return running
+
+
+def serve_forever(service: Service, host: str = "127.0.0.1", port: int = 7181,
+                  on_ready: Callable[[RunningServer], None] | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM, then stop cleanly."""
+    running = start_server(service, host, port)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    try:
+        if on_ready is not None:
+            on_ready(running)
+        running.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,91 @@
+"""The error shapes of the HTTP API: every error is `{"error", "code", "hint", "parameter"}` with the status its
+PipeframeError carries; request-validation and routing errors are PipeframeErrors too; an unexpected exception is a
+PF999 500 (its traceback goes to the log only)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pipeframe.errors import PipeframeError
+
+log = logging.getLogger("pipeframe.server")
+
+NOT_FOUND = frozenset({"PF701", "PF702"})  # engine errors that mean "no such resource": 404 over HTTP
+
+
+def error_body(err: PipeframeError, parameter: str | None = None) -> dict[str, Any]:
+    """`parameter`: the request parameter at fault (template errors carry their own)."""
+    first = err.diagnostics[0]
+    body = {"error": first.message, "code": first.code, "hint": first.hint or None,
+            "parameter": parameter or getattr(err, "parameter", None)}
+    if len(err.diagnostics) > 1:
+        body["errors"] = [d.to_json() for d in err.diagnostics]
+    return body
+
+
+def error_response(err: PipeframeError, parameter: str | None = None) -> JSONResponse:
+    status = 404 if err.code in NOT_FOUND else err.http_status
+    return JSONResponse(error_body(err, parameter), status_code=status)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer PipeframeErrors, invalid requests, unknown routes and unexpected exceptions in the error shape."""
+
+    @app.exception_handler(PipeframeError)
+    async def pipeframe_error(_request: Request, err: PipeframeError) -> JSONResponse:
+        return error_response(err)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, err: RequestValidationError) -> JSONResponse:
+        problem = err.errors()[0]
+        where = [str(part) for part in problem.get("loc", ()) if part not in ("query", "body", "path")]
+        error = PipeframeError("PF815", f"Invalid request: {'`' + '.'.join(where) + '`: ' if where else ''}"
+                               f"{problem.get('msg', 'invalid value')}.", "See /v0/openapi.json for the request "
+                               "each route takes.")
+        return error_response(error, where[-1] if where else None)
+
+    @app.exception_handler(HTTPException)
+    async def no_route(request: Request, err: HTTPException) -> JSONResponse:
+        error = PipeframeError("PF814", f"No route {request.method} {request.url.path} ({err.detail}).",
+                               "The routes are listed at /v0/openapi.json and /docs.", http_status=err.status_code)
+        return error_response(error)
+
+    app.add_middleware(InternalErrors)
+
+
+class InternalErrors:
+    """An exception no route turned into an answer: a PF999 500 for the client, the traceback for the log.
+
+    (Starlette's own 500 handler re-raises, and uvicorn then drops the keep-alive connection.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            log.exception("PF999 internal error answering %s %s", scope["method"], scope["path"])
+            if started:
+                raise
+            answer = JSONResponse({"error": "Internal error.", "code": "PF999", "parameter": None,
+                                   "hint": "This is a pipeframe bug: the server log has the traceback; please "
+                                           "report it."}, status_code=500)
+            await answer(scope, receive, send)

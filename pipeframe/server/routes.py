@@ -1,0 +1,176 @@
+"""The routes of the HTTP API: endpoint pipes (`/v0/pipes`), the Events API (`/v0/events`) and the views API
+(`/v0/views`), each a thin call into the Service; endpoint answers written as json, csv or ndjson."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
+
+from pipeframe.compiler.graph import ResourceKey
+from pipeframe.errors import PipeframeError
+from pipeframe.server import auth
+from pipeframe.server.errors import error_body
+
+if TYPE_CHECKING:
+    from pipeframe.endpoints import EndpointResult
+    from pipeframe.server.service import Service
+
+FORMATS = {"json": "application/json", "csv": "text/csv; charset=utf-8", "ndjson": "application/x-ndjson"}
+
+MAX_EVENTS_BYTES = 10 * 1024 * 1024  # per POST /v0/events request, as Tinybird's Events API
+
+
+def add_pipe_routes(app: FastAPI, service: Service) -> None:
+    """`GET /v0/pipes` (the readable endpoint pipes) and `GET /v0/pipes/NAME.json|.csv|.ndjson`."""
+
+    @app.get("/v0/pipes", summary="List the endpoint pipes", tags=["pipes"])
+    def list_pipes(request: Request) -> dict:
+        """Every endpoint pipe the token may read, with its description, URL and typed parameters."""
+        caller = service.authenticate(auth.token_of(request))
+        return {"pipes": [{"name": pipe.name, "description": pipe.definition.description,
+                           "url": f"/v0/pipes/{pipe.name}.json", "parameters": [p.to_json() for p in pipe.parameters]}
+                          for pipe in service.readable_pipes(caller)]}
+
+    @app.get("/v0/pipes/{pipe_file}", include_in_schema=False)  # documented per pipe by `openapi_document`
+    def call_pipe(pipe_file: str, request: Request) -> Response:
+        name, dot, fmt = pipe_file.rpartition(".")
+        if not dot or fmt not in FORMATS:
+            raise PipeframeError("PF814", f"`/v0/pipes/{pipe_file}` names no format.",
+                                 f"Call /v0/pipes/{name or pipe_file}.json (or .csv, .ndjson).", http_status=404)
+        caller = service.authenticate(auth.token_of(request))
+        params = {}
+        for key in request.query_params:
+            values = request.query_params.getlist(key)
+            params[key] = values[0] if len(values) == 1 else values  # repeated: an Array parameter's items
+        return render(service.call(name, params, caller), fmt)
+
+
+def add_event_routes(app: FastAPI, service: Service) -> None:
+    """`POST /v0/events?name=DATASOURCE`: NDJSON lines appended as `pipeframe append` does."""
+
+    @app.post("/v0/events", summary="Append NDJSON events to a datasource", tags=["events"],
+              openapi_extra={"requestBody": {"required": True, "description": "One JSON object per line.",
+                                             "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
+    async def events(request: Request, name: str = Query(description="The landing datasource")) -> dict:
+        """Lands the events like `pipeframe append`: lines that do not fit the schema go to
+        `<name>_quarantine` with the reason, then every view of the datasource applies the new rows."""
+        caller = service.authenticate(auth.token_of(request))
+        service.authorize(caller, ResourceKey.datasource(name), "APPEND")
+        lines = (await read_body(request)).splitlines()
+        if not any(line.strip() for line in lines):
+            raise PipeframeError("PF815", "The request body has no events.",
+                                 "Send one JSON object per line (curl --data-binary @events.ndjson).")
+        result = await run_in_threadpool(service.ingest, name, lines)
+        return {"successful_rows": result.accepted, "quarantined_rows": result.quarantined,
+                "quarantine_reasons": list(result.reasons), "views": [asdict(v) for v in result.views]}
+
+
+class ViewChange(BaseModel):
+    """The body of `PATCH /v0/views/{name}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    paused: bool
+    permanent: bool = False
+
+
+def add_view_routes(app: FastAPI, service: Service) -> None:
+    """`/v0/views`: each view's status and backfill, pause/resume, delete (the admin token only)."""
+
+    def view_status(name: str) -> dict:
+        [status] = service.project.status(name)
+        return status.to_json()
+
+    @app.get("/v0/views", summary="List the materialized views and their status", tags=["views"])
+    def list_views(request: Request) -> dict:
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        return {"views": [s.to_json() for s in service.project.status()]}
+
+    @app.get("/v0/views/{name}", summary="One view's status", tags=["views"])
+    def get_view(name: str, request: Request) -> dict:
+        """Status, rows, files, bytes, source vs applied version, lag, last refresh, backfill and last error."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        return view_status(name)
+
+    @app.get("/v0/views/{name}/backfill", summary="A view's backfill progress", tags=["views"])
+    def get_backfill(name: str, request: Request) -> dict:
+        """`backfill` is null when no populate or rebuild is running or interrupted."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        status = view_status(name)
+        return {"view": status["name"], "status": status["status"], "backfill": status["backfill"]}
+
+    @app.patch("/v0/views/{name}", summary="Pause or resume a view", tags=["views"])
+    def patch_view(name: str, change: ViewChange, request: Request) -> dict:
+        """`{"paused": true}` stops applying new source rows (the watermark is kept); `{"paused": false}`
+        applies everything missed and answers each refreshed view's outcome."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        refreshed = []
+        if change.paused:
+            service.pause(name, change.permanent)
+        else:
+            refreshed = [asdict(r) for r in service.resume(name)]
+        return {"view": view_status(name), "refresh": refreshed}
+
+    @app.delete("/v0/views/{name}", summary="Delete a view", tags=["views"],
+                responses={409: {"description": "Other views or pipes read it (listed in `dependents`)"}})
+    def delete_view(name: str, request: Request, force: bool = Query(False, description="Drop the dependents too")
+                    ) -> Response:
+        """Drops the view's table, as a recorded deploy. Refused (409) while views or endpoints read it, unless
+        `force=true` drops them too. The files still declare them: the next `pipeframe deploy` creates them again."""
+        from pipeframe.plan.diff import ViewInUse
+
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        try:
+            dropped = service.delete_view(name, force)
+        except ViewInUse as err:
+            body = {**error_body(err), "dependents": [{"name": n, "kind": k} for n, k in err.dependents]}
+            return JSONResponse(body, status_code=err.http_status)
+        return JSONResponse({"deleted": [{"name": r.state.name, "kind": r.state.kind} for r in dropped],
+                             "note": "The project files still declare these resources: the next `pipeframe "
+                                     "deploy` creates them again (and backfills the views)."})
+
+
+async def read_body(request: Request) -> str:
+    """The request body as text, refused past MAX_EVENTS_BYTES without reading the rest."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_EVENTS_BYTES:
+            raise PipeframeError("PF816", f"The request body is larger than {MAX_EVENTS_BYTES // 2**20} MiB.",
+                                 "Split the events into several requests.", http_status=413)
+        chunks.append(chunk)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise PipeframeError("PF815", "The request body is not UTF-8 text.",
+                             "Send NDJSON encoded as UTF-8.") from None
+
+
+def render(result: EndpointResult, fmt: str) -> Response:
+    """An endpoint answer as Tinybird formats it: json (meta, data, rows, statistics), csv with a header row,
+    or ndjson (one object per line)."""
+    if fmt == "json":
+        return JSONResponse(result.to_json())
+    if fmt == "ndjson":
+        return Response("".join(json.dumps(row) + "\n" for row in result.data), media_type=FORMATS[fmt])
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(result.columns)
+    writer.writerows([csv_cell(row[c]) for c in result.columns] for row in result.data)
+    return Response(out.getvalue(), media_type=FORMATS[fmt])
+
+
+def csv_cell(value: Any) -> str:
+    """A JSON value as one CSV cell: null is empty, booleans and nested values are spelled as in JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, bool | list | dict):
+        return json.dumps(value)
+    return str(value)

@@ -1,0 +1,160 @@
+"""The package's layers, kept by reading every import of every module (`ast`, no JVM).
+
+Data flows one way: files (`datafiles/`) → templates (`templating/`) → `compiler/` → `plan/` → `engine/`, with
+`sqltext.py` beside them; `project.py` is the API over them, and the CLI, the HTTP server and the dev loop are its
+clients. Each rule below names the files it covers, the imports they must not make, and one breaking import that
+proves the rule can fail (`test_each_rule_reports_its_violation`).
+
+How imports are counted: every `import x` and `from x import y` in the file, wherever it is: at module level,
+inside a function (a lazy import) and under `if TYPE_CHECKING:` alike. So pyspark, delta and py4j are named in
+import statements only under `engine/`, even for type hints (other modules take those names from the engine,
+e.g. `from pipeframe.engine.session import SparkSession` under TYPE_CHECKING). A relative import is resolved against
+the file's package; `from pipeframe import cli` counts as importing `pipeframe.cli`. A forbidden name matches itself
+and its submodules (`pipeframe.cli` matches `pipeframe.cli.common`, not `pipeframe.client`).
+
+Besides imports, only `engine/` may use pyspark's JVM handles (`frame._jdf`, `spark._jvm`, ...).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pipeframe"
+SPARK = ("pyspark", "delta", "py4j")
+PURE = ("datafiles/", "templating/", "compiler/", "plan/", "sqltext.py")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Files under `covers` (paths relative to the package; a trailing / means a folder), except those under
+    `exempt`, must not import any of `forbidden`. `breaking` is a (file, import line) that violates it."""
+
+    name: str
+    covers: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    breaking: tuple[str, str]
+    exempt: tuple[str, ...] = ()
+
+
+RULES = (
+    Rule("datafiles are read before anything is compiled or templated",
+         covers=("datafiles/",), forbidden=("pipeframe.compiler", "pipeframe.templating", "pipeframe.plan"),
+         breaking=("datafiles/parser.py", "from pipeframe.compiler.types import is_safe_cast")),
+    Rule("the pure layers never reach Spark (`pipeframe check` starts no JVM)",
+         covers=PURE, forbidden=("pipeframe.engine", *SPARK),
+         breaking=("compiler/graph.py", "from pipeframe.engine.warehouse import Warehouse")),
+    Rule("the pure layers know nothing of the API or its clients",
+         covers=PURE, forbidden=("pipeframe.project", "pipeframe.endpoints", "pipeframe.copy", "pipeframe.testing",
+                                 "pipeframe.cli", "pipeframe.server", "pipeframe.dev"),
+         breaking=("plan/diff.py", "from pipeframe.project import Project")),
+    Rule("the engine serves the API, never a client of it",
+         covers=("engine/",), forbidden=("pipeframe.cli", "pipeframe.server", "pipeframe.dev"),
+         breaking=("engine/deploy.py", "from pipeframe.server import Service")),
+    Rule("nothing imports the CLI (but `python -m pipeframe`)", covers=("",), exempt=("cli/", "__main__.py"),
+         forbidden=("pipeframe.cli",),
+         breaking=("project.py", "from pipeframe import cli")),
+    Rule("only the engine imports pyspark or delta", covers=("",), exempt=("engine/",), forbidden=SPARK,
+         breaking=("endpoints.py", "from pyspark.sql import DataFrame")),
+    Rule("only the CLI imports click", covers=("",), exempt=("cli/",), forbidden=("click",),
+         breaking=("dev.py", "import click")),
+)
+
+
+def _under(relative: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether the file is one of `prefixes`: a file (`sqltext.py`), a folder (`cli/`) or the whole package ("")."""
+    return any(relative == p or (p.endswith("/") or not p) and relative.startswith(p) for p in prefixes)
+
+
+def imports_of(path: Path, package: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in the file; `from a import b` yields both `a` and `a.b`."""
+    # the package a relative import starts from: the folder of the file (`__init__.py` included)
+    here = ("pipeframe", *path.relative_to(package).parent.parts)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[: len(here) - node.level + 1] + ((node.module,) if node.module else ())) \
+                if node.level else node.module or ""
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names if alias.name != "*"]
+    return found
+
+
+def violations(rule: Rule, package: Path) -> list[str]:
+    """`file:line imports module` for every import that breaks `rule` in the package at `package`, in file and
+    line order (`from a import b` is reported as `a` when `a` itself is forbidden)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if not _under(relative, rule.covers) or _under(relative, rule.exempt):
+            continue
+        hits = {(line, module) for line, module in imports_of(path, package)
+                if any(module == f or module.startswith(f + ".") for f in rule.forbidden)}
+        found += [f"pipeframe/{relative}:{line} imports {module}" for line, module in sorted(hits)
+                  if (line, module.rpartition(".")[0]) not in hits]
+    return found
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_layer_rule_holds(rule: Rule) -> None:
+    broken = violations(rule, PACKAGE)
+    assert not broken, f"{rule.name}:\n  " + "\n  ".join(broken)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_each_rule_reports_its_violation(rule: Rule, tmp_path: Path) -> None:
+    """The rule, run over a small tree holding its breaking import (at module level, in a function and under
+    TYPE_CHECKING), reports all three; the same imports in a file outside the rule's reach report nothing."""
+    file, line = rule.breaking
+    package = tmp_path / "pipeframe"
+    source = (f"{line}\n\n\ndef lazy():\n    {line}\n\n\n"
+              f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {line}\n")
+    (package / file).parent.mkdir(parents=True, exist_ok=True)
+    (package / file).write_text(source)
+    assert [v.split(" imports ")[0] for v in violations(rule, package)] == [
+        f"pipeframe/{file}:1", f"pipeframe/{file}:5", f"pipeframe/{file}:10"]
+
+    allowed = next(p for p in ("engine/session.py", "cli/common.py")
+                   if not _under(p, rule.covers) or _under(p, rule.exempt))
+    (package / file).unlink()
+    (package / allowed).parent.mkdir(parents=True, exist_ok=True)
+    (package / allowed).write_text(source)
+    assert violations(rule, package) == []
+
+
+JVM_HANDLES = ("_jdf", "_jvm", "_jsc", "_jsparkSession")
+
+
+def jvm_reaches(package: Path) -> list[str]:
+    """`file:line .handle` for every use of pyspark's JVM handles (`frame._jdf`, ...) outside `engine/`."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith("engine/"):
+            continue
+        found += [f"pipeframe/{relative}:{node.lineno} .{node.attr}"
+                  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+                  if isinstance(node, ast.Attribute) and node.attr in JVM_HANDLES]
+    return found
+
+
+def test_only_the_engine_reaches_into_the_jvm(tmp_path: Path) -> None:
+    assert jvm_reaches(PACKAGE) == []
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "query.py").write_text("plan = frame._jdf.queryExecution()\n")
+    (tmp_path / "endpoints.py").write_text("x = 1\nplan = frame._jdf.queryExecution()\n")
+    assert jvm_reaches(tmp_path) == ["pipeframe/endpoints.py:2 ._jdf"]
+
+
+def test_relative_imports_are_resolved(tmp_path: Path) -> None:
+    package = tmp_path / "pipeframe"
+    (package / "datafiles").mkdir(parents=True)
+    (package / "datafiles" / "parser.py").write_text("from ..compiler import types\nfrom . import lexer\n")
+    (package / "datafiles" / "__init__.py").write_text("from ..compiler.graph import DAG\n")
+    assert violations(RULES[0], package) == ["pipeframe/datafiles/__init__.py:1 imports pipeframe.compiler.graph",
+                                             "pipeframe/datafiles/parser.py:1 imports pipeframe.compiler"]
