@@ -5,8 +5,10 @@ Usage: python bench/dev_bench.py [--repeats 5] [--json F]
 One run, the same starter project (pipeframe/templates) and machine for both sides:
   warm: `pipeframe dev` (in this process: one warm Spark session, the watcher, the HTTP server); each repeat
         waits until the previous save is fully deployed, saves a new revision of pipes/top_events.pipe and polls
-        GET /v0/pipes/top_events.json until the answer carries it. Target (PRODUCT.md section 7): under 2 s.
+        GET /v0/pipes/top_events.json until the answer carries it. Target (PRODUCT.md section 8): ≤ 1 s median.
         (An endpoint-only edit is served before its deploy is recorded in the state store, which follows.)
+        Then pairs of saves 0.3 s apart: the time from the second save to its answer (it must not queue behind
+        the first save's deploy).
   cold: what the same edit costs without the dev loop: `pipeframe deploy --yes` then `pipeframe endpoint` as
         two fresh processes (each starts its own JVM).
 Prints a JSON summary (min / median / max, and the cold / warm ratio).
@@ -58,7 +60,7 @@ def save_revision(project: Path, revision: int) -> None:
 
 
 
-def warm(project: Path, repeats: int) -> list[float]:
+def warm(project: Path, repeats: int, successive: list[float]) -> list[float]:
     from pipeframe.dev import DevLoop
 
     port = free_port()
@@ -78,6 +80,18 @@ def warm(project: Path, repeats: int) -> list[float]:
             wait_until(url, lambda body, r=revision: body["data"] and body["data"][0].get("revision") == r,
                        timeout=120)
             latencies.append(time.perf_counter() - start)
+        # Saves in quick succession: the second save, 0.3 s after the first, must not wait for the first one's
+        # deploy to be recorded (it is served at once; the deploys coalesce behind it).
+        for revision in range(repeats + 1, 2 * repeats + 1, 2):
+            loop.idle.wait(300)
+            time.sleep(0.2)
+            save_revision(project, revision)
+            time.sleep(0.3)
+            start = time.perf_counter()
+            save_revision(project, revision + 1)
+            wait_until(url, lambda body, r=revision + 1: body["data"] and body["data"][0].get("revision") == r,
+                       timeout=120)
+            successive.append(time.perf_counter() - start)
     finally:
         stop.set()
         thread.join(timeout=60)
@@ -128,13 +142,15 @@ def main() -> int:
     try:
         project = work / "starter"
         shutil.copytree(template_dir(), project)
-        warm_s = warm(project, args.repeats)
-        cold_s = cold(project, max(2, args.repeats // 2), args.repeats + 1)
+        successive: list[float] = []
+        warm_s = warm(project, args.repeats, successive)
+        cold_s = cold(project, max(2, args.repeats // 2), 2 * args.repeats + 2)
         import pyspark
 
         results = {"warm_save_to_answer_s": summary(warm_s), "cold_deploy_then_endpoint_s": summary(cold_s),
+                   "second_of_two_quick_saves_s": summary(successive),
                    "cold_over_warm_median": round(statistics.median(cold_s) / statistics.median(warm_s), 1),
-                   "target_s": 2.0, "spark": pyspark.__version__, "python": sys.version.split()[0],
+                   "target_s": 1.0, "spark": pyspark.__version__, "python": sys.version.split()[0],
                    "cpus": os.cpu_count()}
         emit(results, args.json)
         return 0

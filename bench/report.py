@@ -306,11 +306,11 @@ def losses_text(results: dict) -> list[str]:
             "Python and click, hashing the 1,000 files and unpickling the check cache (`python -X importtime` and "
             "cProfile show which).")
     dev = results.get("dev")
-    if dev and dev["warm_save_to_answer_s"]["median"] >= dev["target_s"]:
+    if dev and dev["warm_save_to_answer_s"]["median"] > dev["target_s"]:
         found.append(
-            f"- The under-2 s dev loop target: {dev['warm_save_to_answer_s']['median']:.2f} s median; the edit is "
-            "served within a second of the save, and the first answer then shares the 2 cores with the deploy's "
-            "state-store writes (Delta MERGEs), which a lighter dev state store would remove.")
+            f"- The ≤ {dev['target_s']:g} s dev loop target: {dev['warm_save_to_answer_s']['median']:.2f} s median; "
+            "the edit is served from the planned state as soon as it compiles, and the first answer then shares the "
+            "2 cores with the deploy recorded in the background (Delta commits of the state store and its lock).")
     return lines + (found or ["- Nowhere in this run."])
 
 
@@ -353,8 +353,9 @@ def check_text(check: dict) -> list[str]:
 
 
 def dev_text(dev: dict) -> list[str]:
-    return [
-        "## The dev loop: save to new answer (PRODUCT.md section 7: under 2 s)",
+    target = dev["target_s"]
+    lines = [
+        f"## The dev loop: save to new answer (PRODUCT.md section 8: ≤ {target:g} s)",
         "",
         ("`bench/dev_bench.py`: `pipeframe dev` on the starter project in one process (warm Spark session, "
         "watchdog, the HTTP server); a new revision of an endpoint's SQL is saved and "
@@ -364,14 +365,42 @@ def dev_text(dev: dict) -> list[str]:
         "",
         "| measure | min / median / max | target | verdict |",
         "|---|---|---|---|",
-        (f"| warm: save → new HTTP answer | {spread(dev['warm_save_to_answer_s'])} | < {dev['target_s']:g} s | "
-        f"{verdict(dev['warm_save_to_answer_s']['median'] < dev['target_s'])} |"),
+        (f"| warm: save → new HTTP answer | {spread(dev['warm_save_to_answer_s'])} | ≤ {target:g} s | "
+        f"{verdict(dev['warm_save_to_answer_s']['median'] <= target)} |"),
+    ]
+    quick = dev.get("second_of_two_quick_saves_s")
+    if quick:
+        lines.append(f"| two saves 0.3 s apart: the second save → its answer | {spread(quick)} | ≤ {target:g} s "
+                     f"(never queued behind the first deploy) | {verdict(quick['median'] <= target)} |")
+    lines += [
         f"| cold: `pipeframe deploy` + `pipeframe endpoint` | {spread(dev['cold_deploy_then_endpoint_s'])} | | |",
         f"| cold / warm (median) | {dev['cold_over_warm_median']:.1f}x | | |",
         "",
         ("An endpoint-only edit moves no data, so the dev loop serves it from the planned state as soon as it "
-        "compiles and records the deploy afterwards; recording it takes 8–15 s here (the state store and its lock "
-        "are Delta tables), so saves in quick succession queue behind it."),
+        "compiles (one compile, the deployed snapshot kept in memory: no state-store read) and records the deploy "
+        "in a background thread; saves made meanwhile are served at once and their deploys coalesce."),
+    ]
+    return lines
+
+
+def control_text(control: dict) -> list[str]:
+    r = control["noop_over_spark_start"]
+    return [
+        "## The control plane: a deploy with nothing to change",
+        "",
+        ("`bench/control_bench.py`: on a copy of example_project (deployed, fixtures loaded), alternating fresh "
+        "processes: one that only starts pipeframe's Spark session and runs `SELECT 1`, and `pipeframe deploy "
+        "--yes` with the files unchanged."),
+        "",
+        "| measure | min / median / max |",
+        "|---|---|",
+        f"| Spark start + `SELECT 1` (fresh process) | {spread(control['spark_start_s'])} |",
+        f"| no-op `pipeframe deploy` (fresh process) | {spread(control['noop_deploy_s'])} |",
+        f"| no-op deploy / Spark start | {ratio_text(r)} |",
+        "",
+        (f"In one process with Spark already up, the same no-op deploy takes {control['noop_deploy_in_process_s']:.2f}"
+        f" s: {control['state_reads']} state-store read, {control['history_reads']} Delta history reads and "
+        f"{control['state_commits']} commits to the state store ({control['changes']} changes)."),
     ]
 
 
@@ -401,8 +430,14 @@ def render(results: dict) -> str:
     lines += losses_text(results) + [""]
     if "check" in results:
         lines += check_text(results["check"]) + [""]
+    if "control" in results:
+        lines += control_text(results["control"]) + [""]
     if "dev" in results:
         lines += dev_text(results["dev"]) + [""]
+    kept = results.get("kept", {})
+    if kept:
+        lines += ["## Sections kept from an earlier run", ""] + [
+            f"- {name}: measured {k.get('date')} by `{k.get('command')}`." for name, k in sorted(kept.items())] + [""]
     return "\n".join(lines)
 
 

@@ -13,8 +13,11 @@ Sections (PRODUCT.md section 8), all in one run on this machine:
             the raw rows, and `Project.append` (three views attached) against a plain Delta append.
   check     `pipeframe check` on a 1,000-resource project vs `dbt parse` on an equivalent 1,000-model dbt
             project, each in fresh processes (bench/check_bench.py).
-  dev       the dev loop: save an endpoint file -> new HTTP answer (bench/dev_bench.py).
-Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them.
+  control   a no-op `pipeframe deploy` next to a bare Spark start, both fresh processes (bench/control_bench.py).
+  dev       the dev loop: save an endpoint file -> new HTTP answer, and two saves in quick succession
+            (bench/dev_bench.py).
+Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them. A section left
+out with --skip keeps its figures from the previous run (the page says which run each section comes from).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from scenario import EXACT_VIEW, SECONDS_PER_ROW, START_EPOCH, generate, write_p
 
 BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
-SECTIONS = ("views", "check", "dev")
+SECTIONS = ("views", "check", "control", "dev")
 
 
 def log(message: str) -> None:
@@ -204,7 +207,9 @@ def main() -> int:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if skip - set(SECTIONS):
         parser.error(f"unknown section(s) in --skip: {', '.join(sorted(skip - set(SECTIONS)))}")
-    missing = [name for name in ("dbt.adapters.spark", "matplotlib", "pandas", "grpc", "httpx")
+    needed = ("dbt.adapters.spark", "matplotlib", "pandas", "grpc", "httpx") if "views" not in skip else \
+        ("matplotlib", "httpx")
+    missing = [name for name in needed
                if importlib.util.find_spec(name.split(".")[0]) is None or not _importable(name)]
     if missing:
         sys.exit(f"missing benchmark dependencies ({', '.join(missing)}): "
@@ -214,6 +219,12 @@ def main() -> int:
                      "command": " ".join(["python", "bench/run.py", *sys.argv[1:]])}
     started = time.perf_counter()
     data = args.out.with_suffix(".json")
+    previous = json.loads(data.read_text()) if data.exists() else {}
+    for section in sorted(skip):  # kept from the run that measured it, and said so on the page
+        if section in previous:
+            results[section] = previous[section]
+            results.setdefault("kept", {})[section] = previous.get("kept", {}).get(section) or {
+                "date": previous.get("date"), "command": previous.get("command")}
 
     def save() -> None:  # after every section, so a late failure keeps what was measured
         results["machine"]["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -226,6 +237,10 @@ def main() -> int:
         save()
     if "views" not in skip:
         results["views"] = views_section(args.rows, args.appends, args.growth_appends, args.repeats)
+        save()
+    if "control" not in skip:
+        log("control: a no-op deploy vs a bare Spark start")
+        results["control"] = run_script("control_bench.py", "--repeats", str(args.repeats))
         save()
     if "dev" not in skip:
         log("dev: save -> new answer in pipeframe dev")

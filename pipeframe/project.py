@@ -145,6 +145,29 @@ class Project:
             raise PipeframeError.many(project.errors)
         return project
 
+    def _known_view(self, name: str) -> None:
+        """Refuse, before Spark starts, a view name the files do not declare (a materialized pipe or its target)."""
+        compiled = self.compiled
+        views = {n for v in compiled.views for n in (v.pipe, v.target)}
+        if name in views:
+            return
+        hint = "Materialized pipes: " + (", ".join(sorted(v.pipe for v in compiled.views)) or "none") + "."
+        if name in compiled.datasources:
+            hint = f"`{name}` is a landing datasource, not a view. " + hint
+        raise PipeframeError("PF701", f"No materialized view `{name}` in the project.", hint)
+
+    def _known_landing(self, name: str) -> None:
+        """Refuse, before Spark starts, writing to a name that is no landing datasource in the files."""
+        compiled = self.compiled
+        ds = compiled.datasources.get(name)
+        if ds is None:
+            known = ", ".join(sorted(n for n, d in compiled.datasources.items() if not d.view)) or "none"
+            raise PipeframeError("PF702", f"No datasource `{name}` in the project.", f"Datasources: {known}.")
+        view = compiled.pipes[ds.view].view if ds.view else None
+        if view is not None:
+            raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipe `{view.pipe}`; only its "
+                                 "pipe writes to it.", f"Append to its source `{view.trigger}` instead.")
+
     def sql(self, target: str) -> str:
         """The compiled Spark SQL of `pipe` or `pipe.node`; materialized pipes also show their state SQL."""
         project = self.compiled
@@ -281,6 +304,7 @@ class Project:
         """Delete the rows matching `where` (all rows without it); the datasource's views are rebuilt."""
         from pipeframe.engine.ingest import Ingestor
 
+        self._known_landing(name)
         materializer = self.materializer()
         table = self._landing(materializer, name)
         deleted = Ingestor(self.spark, self.warehouse).delete(table, where)
@@ -295,6 +319,7 @@ class Project:
 
         from pipeframe.engine.ingest import Ingestor, conform_data, detect_format, read_file
 
+        self._known_landing(name)
         materializer = self.materializer(on_step=on_step)
         table = self._landing(materializer, name)
         definition = self._definition(name, table.state.columns)
@@ -358,21 +383,26 @@ class Project:
     def status(self, view: str | None = None) -> list[ViewStatus]:
         from pipeframe.engine.lifecycle import Lifecycle
 
+        if view:
+            self._known_view(view)
         return Lifecycle(self.materializer()).status(view)
 
     def pause(self, view: str, permanent: bool = False) -> None:
         from pipeframe.engine.lifecycle import Lifecycle
 
+        self._known_view(view)
         Lifecycle(self.materializer()).pause(view, permanent)
 
     def resume(self, view: str) -> list[ViewRefresh]:
         from pipeframe.engine.lifecycle import Lifecycle
 
+        self._known_view(view)
         return Lifecycle(self.materializer()).resume(view)
 
     def recover(self, view: str) -> list[ViewRefresh]:
         from pipeframe.engine.lifecycle import Lifecycle
 
+        self._known_view(view)
         return Lifecycle(self.materializer()).recover(view)
 
     def query(self, sql_or_pipe: str, **params: Any) -> DataFrame:

@@ -253,12 +253,16 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
     for name, value in conf.items():
         builder = builder.config(name, value)
     resolved = None
+    resolving = contextlib.ExitStack()  # holds the resolution lock until the jars are remembered
     if os.environ.get(JARS_ENV, "").strip():
         if packages:
             builder = builder.config("spark.jars.packages", ",".join(packages))
     else:
         resolved = ResolvedJars(packages)
         jars = resolved.load()
+        if not jars:  # another process may be resolving the same jars: wait for it rather than race ivy
+            resolving.enter_context(resolved.lock())
+            jars = resolved.load()
         if jars:
             # The jars an earlier start resolved: ivy's resolution, seconds on every start, is skipped.
             builder = builder.config("spark.jars", ",".join([*jars, *filter(None, [conf.get("spark.jars")])]))
@@ -270,7 +274,7 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
 
     log = _jvm_log(config)
     session = None
-    with _jvm_output_into(log) as start:
+    with resolving, _jvm_output_into(log) as start:
         try:
             session = builder.getOrCreate()
             _build_session_state(session)
@@ -283,13 +287,13 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
             hint = _OFFLINE_HINT if _looks_offline(output) else (
                 f"Check spark.master and spark.conf in pipeframe.yaml; Spark's full output is in {log}.")
             raise PipeframeError("PF503", f"Spark could not start: {_sentence(reason)}", hint) from exc
+        if resolved is not None:
+            user = set(filter(None, (conf.get("spark.jars") or "").split(",")))
+            resolved.save([j for j in (session.sparkContext.getConf().get("spark.jars") or "").split(",")
+                           if j and j not in user])
     if DELTA_EXTENSION not in session.conf.get("spark.sql.extensions", ""):
         raise PipeframeError("PF503", "A Spark session without Delta Lake was already running in this process.",
                              "Stop it with spark.stop() before using pipeframe, or let pipeframe create it.")
-    if resolved is not None:
-        user = set(filter(None, (conf.get("spark.jars") or "").split(",")))
-        resolved.save([j for j in (session.sparkContext.getConf().get("spark.jars") or "").split(",")
-                       if j and j not in user])
     return session
 
 
@@ -310,6 +314,21 @@ class ResolvedJars:
         except OSError:
             return []
         return jars if jars and all(Path(urlparse(j).path).is_file() for j in jars) else []
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Held while resolving, so concurrent first starts (test workers, two commands) resolve once."""
+        import fcntl
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 — held for the with block
+        except OSError:
+            yield
+            return
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     def save(self, jars: list[str]) -> None:
         with contextlib.suppress(OSError):  # a read-only home only costs the resolution next time

@@ -251,3 +251,27 @@ def test_resolved_jars_are_remembered_and_forgotten_when_a_file_is_gone(tmp_path
     assert ResolvedJars([]).load() == []  # other packages, other resolution
     jars[1].unlink()
     assert ResolvedJars(["org.example:extra:1.0"]).load() == []  # a jar was removed: resolve again
+
+
+def test_a_second_first_start_waits_for_the_one_resolving_the_jars(tmp_path, monkeypatch):
+    import threading
+
+    from pipeframe.engine.session import ResolvedJars
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    jar = tmp_path / "delta-spark.jar"
+    jar.write_bytes(b"PK")
+    seen: list[list[str]] = []
+    first = ResolvedJars([])
+    with first.lock():
+        def second_start() -> None:
+            with ResolvedJars([]).lock():
+                seen.append(ResolvedJars([]).load())
+
+        waiting = threading.Thread(target=second_start)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive() and seen == []  # blocked while the first one resolves
+        first.save([f"file://{jar}"])
+    waiting.join(timeout=10)
+    assert seen == [[f"file://{jar}"]]  # and then it finds what the first one resolved
