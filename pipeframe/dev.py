@@ -106,7 +106,8 @@ class DevLoop:
     def _deploy(self, project: Project, changed: set[str], start: float) -> Build:
         """Record `project` in the dev warehouse (the deploy and its bookkeeping), then serve it."""
         try:
-            with self.service.lock if self.service else self._lock:
+            # Not under the service's lock: a save made meanwhile is served at once (`Service.reload` takes it).
+            with self._lock:
                 result = project.deploy(allow_destructive=True)
                 self._reload_fixtures(project, changed, result.plan)
                 self.project = project

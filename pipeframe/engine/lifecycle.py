@@ -150,6 +150,6 @@ class Lifecycle:
         result = Deployer(self.spark, self.warehouse).apply(plan, git_commit)
         for change in plan.changes:
             if change.deployed is not None and change.deployed.has_table:
-                self.spark.catalog.dropTempView(change.name)  # its name no longer reads a table
+                self.warehouse.unregister(change.name)  # its name no longer reads a table
         self.materializer.deployed = self.warehouse.snapshot()
         return result

@@ -9,6 +9,7 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -86,16 +87,21 @@ class Warehouse:
         return f"{self.uri}/quarantine/{datasource}"
 
     def _exists(self, path: str) -> bool:
+        if "://" not in path or path.startswith("file:"):  # a local folder: look, without a Delta log replay
+            return os.path.isdir(os.path.join(path.removeprefix("file://").removeprefix("file:"), "_delta_log"))
         from delta.tables import DeltaTable
 
         return DeltaTable.isDeltaTable(self.spark, path)
 
     # ------------------------------------------------------------------------------- state store
     def _records(self, kind: str) -> list:
-        if not self._exists(self.state_path):
-            return []
         IO["state"] += 1
-        return self.spark.read.format("delta").load(self.state_path).where(f"record = '{kind}'").collect()
+        try:  # read first, ask whether it exists only when the read fails: one Delta log replay, not two
+            return self.spark.read.format("delta").load(self.state_path).where(f"record = '{kind}'").collect()
+        except Exception:
+            if not self._exists(self.state_path):
+                return []  # nothing deployed yet
+            raise
 
     def snapshot(self, fresh: bool = False) -> DeployedSnapshot:
         """What is deployed, read from the state store once and kept (this warehouse's own deploys and swaps
@@ -265,15 +271,35 @@ class Warehouse:
         """Make every resource readable by its name in this session: the one place names become tables.
 
         Landing datasources read their declared columns; view targets read through their finalizing SQL,
-        so users see merged values, never partial states."""
+        so users see merged values, never partial states. A name already registered with the same SQL in this
+        session is left as it is (a reload that changed no table registers nothing)."""
         for resource in resources:
             state = resource.state
             if not state.has_table or resource.path is None:
                 continue
-            self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{state.name}` AS {read_sql(state, resource.path)}")
-            if state.kind == "datasource" and self._exists(self.quarantine_path(state.name)):
-                self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{state.name}_quarantine` AS SELECT * FROM "
-                               f"{quote_path(self.quarantine_path(state.name))}")
+            self._view(state.name, read_sql(state, resource.path))
+            quarantine = self.quarantine_path(state.name)
+            if state.kind == "datasource" and self._exists(quarantine):
+                self._view(f"{state.name}_quarantine", f"SELECT * FROM {quote_path(quarantine)}")
+
+    def unregister(self, name: str) -> None:
+        """Forget a name (its table was dropped)."""
+        self.spark.catalog.dropTempView(name)
+        _registered(self.spark).pop(name, None)
+
+    def _view(self, name: str, sql: str) -> None:
+        registered = _registered(self.spark)
+        if registered.get(name) != sql:
+            self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {sql}")
+            registered[name] = sql
+
+
+# The temporary views each Spark session has had registered by `Warehouse.register`: name → its SQL.
+_REGISTRATIONS: weakref.WeakKeyDictionary[SparkSession, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def _registered(spark: SparkSession) -> dict[str, str]:
+    return _REGISTRATIONS.setdefault(spark, {})
 
 
 def read_sql(state: ResourceState, path: str) -> str:
