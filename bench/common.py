@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -24,3 +25,11 @@ def emit(results: dict, path: Path | None) -> None:
     print(text)
     if path is not None:
         path.write_text(text)
+
+
+def options(doc: str) -> argparse.Namespace:
+    """The options of a benchmark script that runs one measure `--repeats` times and may save it (`--json F`)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None, help="Also write the summary to this file.")
+    return parser.parse_args()

@@ -12,7 +12,6 @@ state-store reads and Delta commits it made counted (the state table's version m
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, ratio, summary
+from common import emit, options, ratio, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SPARK_ONLY = ("import sys; from pipeframe.project import Project; "
@@ -58,10 +57,7 @@ def in_process(project: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=None, help="Also write the summary to this file.")
-    args = parser.parse_args()
+    args = options(__doc__)
     work = Path(tempfile.mkdtemp(prefix="pipeframe-controlbench-"))
     try:
         project = work / "shop"

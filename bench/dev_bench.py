@@ -16,7 +16,6 @@ Prints a JSON summary (min / median / max, and the cold / warm ratio).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import emit, summary  # bench/common.py (the script's folder is on sys.path)
+from common import emit, options, summary  # bench/common.py (the script's folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENDPOINT = "pipes/top_events.pipe"
@@ -134,10 +133,7 @@ def cold(project: Path, repeats: int, first_revision: int) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=None, help="Also write the summary to this file.")
-    args = parser.parse_args()
+    args = options(__doc__)
     work = Path(tempfile.mkdtemp(prefix="pipeframe-devbench-"))
     try:
         project = work / "starter"
