@@ -101,5 +101,5 @@ class Service:
         with self.lock:
             before = self.current.endpoints.deployed
             result = self.project.delete_view(view, force)
-            self.current.endpoints.refresh()  # dropped endpoints now answer "not deployed"
+            self.current.endpoints.refresh(self.project.snapshot)  # dropped endpoints answer "not deployed"
             return [before[c.key] for c in result.plan.pending if c.key in before]
