@@ -97,20 +97,7 @@ class Endpoints:
     def pipe(self, name: str, kind: str = "endpoint") -> CompiledPipe:
         """The `kind` pipe `name` (endpoint or copy), deployed as it is in the files; a PipeframeError
         (PF801–804) otherwise."""
-        pipe = self.compiled.pipes.get(name)
-        if pipe is None:
-            names = sorted(n for n, p in self.compiled.pipes.items() if p.type == kind)
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f"Did you mean `{close[0]}`?" if close else (
-                f"{kind.capitalize()} pipes: {', '.join(names)}." if names else f"The project has no {kind} pipes.")
-            raise PipeframeError("PF801", f"There is no pipe `{name}`.", hint, http_status=404)
-        if pipe.type != kind:
-            what = {"endpoint": "an endpoint pipe", "materialized": f"a materialized pipe (it fills `{pipe.target}`)",
-                    "copy": f"a copy pipe (it fills `{pipe.target}`; run it with `pipeframe copy run {name}`)"}
-            raise PipeframeError("PF802", f"`{name}` is {what.get(pipe.type or '', 'a pipe without a TYPE')}, "
-                                 f"not {what[kind].split(' (')[0]}.",
-                                 f"Set `TYPE {kind}` on its last node in {pipe.definition.location.path}, or "
-                                 f"query its tables with `pipeframe query`.", http_status=404)
+        pipe = declared_pipe(self.compiled, name, kind)
         deployed = self.deployed.get(ResourceKey.pipe(name))
         if deployed is None:
             raise PipeframeError("PF803", f"The pipe `{name}` is not deployed.",
@@ -135,3 +122,23 @@ class Endpoints:
         return EndpointResult(name, answer.meta, data, time.perf_counter() - start, answer.rows_read,
                               answer.bytes_read)
 
+
+def declared_pipe(compiled: CompiledProject, name: str, kind: str = "endpoint") -> CompiledPipe:
+    """The pipe `name` of the files if it is a `kind` pipe (endpoint, copy, materialized); PF801/PF802 otherwise."""
+    pipe = compiled.pipes.get(name)
+    if pipe is None:
+        names = sorted(n for n, p in compiled.pipes.items() if p.type == kind)
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"Did you mean `{close[0]}`?" if close else (
+            f"{kind.capitalize()} pipes: {', '.join(names)}." if names else f"The project has no {kind} pipes.")
+        if name in compiled.datasources:
+            hint = f"`{name}` is a datasource; query it with `pipeframe query`. " + hint
+        raise PipeframeError("PF801", f"There is no pipe `{name}`.", hint, http_status=404)
+    if pipe.type != kind:
+        what = {"endpoint": "an endpoint pipe", "materialized": f"a materialized pipe (it fills `{pipe.target}`)",
+                "copy": f"a copy pipe (it fills `{pipe.target}`; run it with `pipeframe copy run {name}`)"}
+        raise PipeframeError("PF802", f"`{name}` is {what.get(pipe.type or '', 'a pipe without a TYPE')}, "
+                             f"not {what[kind].split(' (')[0]}.",
+                             f"Set `TYPE {kind}` on its last node in {pipe.definition.location.path}, or "
+                             f"query its tables with `pipeframe query`.", http_status=404)
+    return pipe

@@ -168,6 +168,72 @@ class Project:
             raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipe `{view.pipe}`; only its "
                                  "pipe writes to it.", f"Append to its source `{view.trigger}` instead.")
 
+    def _known_table(self, name: str) -> None:
+        """Refuse, before Spark starts, a name that is neither a datasource nor a materialized pipe in the files."""
+        compiled = self.compiled
+        if name in compiled.datasources or any(v.pipe == name for v in compiled.views):
+            return
+        import difflib
+
+        close = difflib.get_close_matches(name, sorted(compiled.datasources), n=1)
+        hint = f"Did you mean `{close[0]}`?" if close else \
+            "Datasources: " + (", ".join(sorted(compiled.datasources)) or "none") + "."
+        raise PipeframeError("PF702", f"No datasource or materialized view `{name}` in the project.", hint)
+
+    def require_pipe(self, name: str, kind: str = "endpoint", params: Mapping[str, Any] | None = None) -> None:
+        """Refuse, before Spark starts, a pipe the files do not declare as a `kind` pipe (PF801, PF802, as
+        `Endpoints.pipe` answers) and parameter values its templates reject (PF202, naming the parameter)."""
+        from pipeframe.endpoints import RESERVED_PARAMS, declared_pipe
+
+        pipe = declared_pipe(self.compiled, name, kind)
+        if params is not None:
+            pipe.render({k: v for k, v in params.items() if k not in RESERVED_PARAMS})
+
+    def _check_input(self, data: object, format: str | None) -> None:
+        """Refuse, before Spark starts, an input file that does not exist or whose format cannot be told."""
+        from pipeframe.engine.ingest import detect_format
+
+        if isinstance(data, str | os.PathLike):
+            path = str(data)
+            if "://" not in path and not Path(path).exists():
+                raise PipeframeError("PF711", f"File `{path}` does not exist.",
+                                     "Check the path (it is relative to the current folder, not the project).")
+            detect_format(path, format)
+
+    def _known_chunk_column(self, view: str, chunk_by: str | None) -> None:
+        """Refuse, before Spark starts, a `--chunk-by` that is not a column of the view's landing source (PF705; a
+        view reading another view's states is checked by Spark)."""
+        compiled = self.compiled
+        found = next((v for v in compiled.views if view in (v.pipe, v.target)), None)
+        source = compiled.datasources.get(found.trigger or "") if found and chunk_by else None
+        if source is None or source.view or source.definition is None:
+            return
+        columns = [c.name for c in source.columns]
+        if chunk_by.strip("`").lower() not in {c.lower() for c in columns}:
+            raise PipeframeError("PF705", f"--chunk-by `{chunk_by}` is not a column of `{found.trigger}`.",
+                                 f"Columns: {', '.join(columns)}.")
+
+    def require_datafiles(self, allow_empty: bool = False) -> None:
+        """Refuse, before Spark starts and before anything is written, a folder without a .datasource or .pipe file
+        (PF006): deploying it would plan nothing, or drop every table deployed from the project. `allow_empty`
+        (deploy --allow-destructive) lets a folder with a pipeframe.yaml deploy an empty project on purpose; a
+        folder with neither datafiles nor pipeframe.yaml is never taken for a project."""
+        from pipeframe.config import CONFIG_FILE
+        from pipeframe.datafiles.loader import RESOURCE_SUFFIXES, discover
+
+        if any(path.suffix in RESOURCE_SUFFIXES for path in discover(self.root, self.config.ignore)):
+            return
+        if not (self.root / CONFIG_FILE).is_file():
+            raise PipeframeError("PF006", f"{self.root} is not a pipeframe project: it has no {CONFIG_FILE} and no "
+                                 ".datasource or .pipe files.",
+                                 "Pass the project folder with `-p <project dir>` (or PIPEFRAME_PROJECT), or create "
+                                 f"a starter project here with `pipeframe init {self.root}`.")
+        if not allow_empty:
+            raise PipeframeError("PF006", f"{self.root} has a {CONFIG_FILE} but no .datasource or .pipe files: there "
+                                 "is nothing to deploy.",
+                                 "Add datafiles, or pass the project folder with `-p <project dir>`; to drop "
+                                 "everything deployed from this project on purpose, deploy with --allow-destructive.")
+
     def sql(self, target: str) -> str:
         """The compiled Spark SQL of `pipe` or `pipe.node`; materialized pipes also show their state SQL."""
         project = self.compiled
@@ -209,6 +275,8 @@ class Project:
             return self._spark
         from pipeframe.engine.session import get_session
 
+        self.require_datafiles(allow_empty=True)  # a folder that is no project starts no JVM
+
         return get_session(self.config)
 
     @cached_property
@@ -223,13 +291,39 @@ class Project:
         deploys and rebuilds."""
         return self.warehouse.snapshot()
 
+    def deployed_version(self) -> int:
+        """The Delta version of the state store: it moves with every deploy, drop and view rebuild, whichever
+        process made it, so a long-running server can tell that what is deployed changed. -1 before any deploy.
+
+        A local warehouse is looked at without Spark (the newest commit file of the state table's `_delta_log`);
+        any other URI asks Delta for the table's last version."""
+        from pipeframe.engine.conflicts import local_folder
+        from pipeframe.sqltext import quote_path
+
+        path = self.warehouse.state_path
+        folder = local_folder(path)
+        if folder is not None:
+            log = Path(folder) / "_delta_log"
+            try:
+                commits = [name[:-5] for name in os.listdir(log) if name.endswith(".json") and name[:-5].isdigit()]
+            except FileNotFoundError:
+                return -1
+            return max(map(int, commits), default=-1)
+        try:
+            return int(self.spark.sql(f"DESCRIBE HISTORY {quote_path(path)} LIMIT 1").first()["version"])
+        except Exception:  # noqa: BLE001 — no state table yet: nothing is deployed
+            return -1
+
     def plan(self, allow_destructive: bool = False) -> Plan:
         """What `deploy` would do: the files (desired) against the deployed snapshot."""
         from pipeframe.plan.diff import diff, refuse_dropping_what_is_read
         from pipeframe.plan.state import desired_state
 
-        deployed = self.snapshot
+        self.require_datafiles(allow_empty=allow_destructive)
         compiled = self.compiled
+        if compiled.errors and not compiled.unresolved:  # no removed datasource to explain: no need for Spark
+            raise PipeframeError.many(compiled.errors)
+        deployed = self.snapshot
         if compiled.errors:
             removed = {r.state.name for r in deployed.values() if r.state.has_table} - set(compiled.datasources)
             refusal = refuse_dropping_what_is_read(removed, compiled.unresolved, compiled.errors)
@@ -320,6 +414,7 @@ class Project:
         from pipeframe.engine.ingest import Ingestor, conform_data, detect_format, read_file
 
         self._known_landing(name)
+        self._check_input(data, format)
         materializer = self.materializer(on_step=on_step)
         table = self._landing(materializer, name)
         definition = self._definition(name, table.state.columns)
@@ -357,6 +452,8 @@ class Project:
     def refresh(self, view: str | None = None, full: bool = False,
                 on_step: Callable[[str], None] | None = None) -> list[ViewRefresh]:
         """Apply source commits the views have not seen yet (e.g. from other Spark jobs); `full` rebuilds."""
+        if view:
+            self._known_view(view)
         materializer = self.materializer(on_step=on_step)
         views = None
         if view:
@@ -370,11 +467,15 @@ class Project:
         """Backfill a materialized view from its source, pinned to one source version (see `Materializer`)."""
         from pipeframe.engine.materialize import DEFAULT_CHUNK_ROWS
 
+        self._known_view(pipe)
+        self._known_chunk_column(pipe, chunk_by)
         materializer = self.materializer(on_step=on_step, on_progress=on_progress)
         return materializer.populate(pipe, truncate, where, chunk_by, chunk_rows or DEFAULT_CHUNK_ROWS)
 
     def optimize(self, name: str | None = None) -> list[str]:
         """Compact view states to one row per key, apply TTL, OPTIMIZE and VACUUM (config `retention_hours`)."""
+        if name:
+            self._known_table(name)
         materializer = self.materializer()
         names = [materializer.resolve(name).state.name if materializer.deployed.table(name) is None
                  else name] if name else None
@@ -409,14 +510,23 @@ class Project:
         """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values), or, given
         an endpoint pipe's name, that endpoint with `params`: `project.query("top_products", limit=3)`."""
         from pipeframe.compiler.compile import compile_query
+        from pipeframe.engine.query import run_sql
 
         if sql_or_pipe in self.compiled.pipes:
+            self.require_pipe(sql_or_pipe, "endpoint", params)
             return self.endpoints().frame(sql_or_pipe, params)
         if params:
             raise PipeframeError("PF801", f"There is no pipe `{sql_or_pipe}`; parameters need an endpoint pipe.",
                                  "Pass an endpoint pipe's name, or SQL without parameters.")
-        self.warehouse.register(self.snapshot.values())
-        return self.spark.sql(compile_query(sql_or_pipe))
+        sql = compile_query(sql_or_pipe)  # a syntax error is a PF303 before Spark starts
+        deployed = self.snapshot
+        self.warehouse.register(deployed.values())
+        return run_sql(self.spark, sql, self.readable_names(deployed))
+
+    def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
+        """The names ad-hoc SQL can read: every deployed table (datasources and views)."""
+        deployed = self.snapshot if deployed is None else deployed
+        return sorted(r.state.name for r in deployed.values() if r.state.has_table)
 
     def endpoints(self, deployed: DeployedSnapshot | None = None) -> Endpoints:
         """The project's endpoint pipes over the deployed tables (registered by name in the session); `deployed`
@@ -427,6 +537,7 @@ class Project:
 
     def endpoint(self, pipe: str, **params: Any) -> EndpointResult:
         """Call an endpoint pipe: its rows and Tinybird's `meta`/`statistics`, as the HTTP API answers."""
+        self.require_pipe(pipe, "endpoint", params)
         return self.endpoints().run(pipe, params)
 
     def delete_view(self, view: str, force: bool = False) -> DeployResult:

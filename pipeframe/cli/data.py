@@ -85,7 +85,10 @@ def append(datasource: str | None, file: str | None, project_dir: str, env: str 
 
 def _load_fixtures(project) -> int:
     code = 0
-    for result in project.load_fixtures():
+    results = project.load_fixtures()
+    if not results:
+        click.echo("No fixture files: add fixtures/<datasource>.ndjson (or .csv, .parquet) for a landing datasource.")
+    for result in results:
         if result.version is None:
             click.echo(f"{result.datasource}: fixture already loaded, skipped")
             continue
@@ -133,10 +136,12 @@ def truncate(datasource: str, project_dir: str, env: str | None, yes: bool) -> N
     """
 
     def body() -> int:
+        project = load_project(project_dir, env)
+        project._known_landing(datasource)  # before asking, and before Spark starts
         if not _confirm(f"Delete every row of {datasource}?", yes):
             click.echo("Nothing deleted.")
             return 1
-        deleted, views = load_project(project_dir, env).truncate(datasource)
+        deleted, views = project.truncate(datasource)
         click.echo(f"{datasource}: {deleted} row(s) deleted")
         return print_refreshes(views)
 
@@ -158,10 +163,12 @@ def delete(datasource: str, where: str, project_dir: str, env: str | None, yes: 
     """
 
     def body() -> int:
+        project = load_project(project_dir, env)
+        project._known_landing(datasource)  # before asking, and before Spark starts
         if not _confirm(f"Delete the rows of {datasource} where {where}?", yes):
             click.echo("Nothing deleted.")
             return 1
-        deleted, views = load_project(project_dir, env).delete(datasource, where)
+        deleted, views = project.delete(datasource, where)
         click.echo(f"{datasource}: {deleted} row(s) deleted")
         return print_refreshes(views)
 
@@ -197,7 +204,10 @@ def copy_run(pipe: str, params: tuple[str, ...], mode: str | None, project_dir: 
     from pipeframe.copy import run_copy
 
     def body() -> int:
-        result = run_copy(load_project(project_dir, env), pipe, parse_params(params), mode)
+        project = load_project(project_dir, env)
+        values = parse_params(params)
+        project.require_pipe(pipe, "copy", values)  # name, kind and parameters before Spark starts
+        result = run_copy(project, pipe, values, mode)
         click.echo(f"copy {result.pipe} → {result.target} ({result.mode}) in {result.elapsed:.1f} s")
         return _print_ingest(result.ingest)
 

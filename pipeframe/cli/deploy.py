@@ -64,6 +64,9 @@ def deploy(project_dir: str, env: str | None, check: bool, allow_destructive: bo
       pipeframe deploy --history
     """
 
+    if history and (check or allow_destructive):
+        raise click.UsageError("--history lists past deploys; it takes no --check or --allow-destructive.")
+
     def body() -> int:
         project = load_project(project_dir, env)
         if history:

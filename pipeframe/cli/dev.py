@@ -4,6 +4,8 @@ against a temporary warehouse) and `dev` (a local copy that follows the files). 
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -21,7 +23,8 @@ NOT_TEMPLATE = {".pipeframe", "__pycache__"}
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP API listens on.")
-@click.option("--port", type=int, default=7181, show_default=True, help="Port of the HTTP API (0: any free one).")
+@click.option("--port", type=click.IntRange(0, 65535), default=7181, show_default=True,
+              help="Port of the HTTP API (0: any free one).")
 @PROJECT_OPTION
 @click.option("--env", "env", default="dev", show_default=True, envvar="PIPEFRAME_ENV",
               help="Environment from pipeframe.yaml to build into.")
@@ -169,13 +172,36 @@ def copy_starter(target: Path) -> list[Path]:
         raise PipeframeError("PF007", f"{target}/ already has {shown}; `pipeframe init` never overwrites files.",
                              "Run it in a new or empty folder (`pipeframe init my_project`), or move those files "
                              "away first.")
+    name = target.resolve().name or "starter"
     created = []
     for source in files:
-        destination = target / source.relative_to(TEMPLATES)
+        rel = source.relative_to(TEMPLATES)
+        destination = target / rel
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, destination)
+        if str(rel) in NAMED:
+            destination.write_text(named(source.read_text(encoding="utf-8"), str(rel), name), encoding="utf-8")
+        else:
+            shutil.copyfile(source, destination)
         created.append(destination)
     return created
+
+
+# Starter files that name the project: `starter` in them becomes the folder's name.
+NAMED = ("pipeframe.yaml", "README.md")
+
+
+def named(text: str, rel: str, name: str) -> str:
+    """A starter file's text with the project named `name` (the folder `pipeframe init` creates it in)."""
+    if rel == "README.md":
+        return re.sub(r"^# starter\b", lambda _: f"# {name}", text, count=1)
+    # A plain name stays bare; anything YAML could read otherwise (`yes`, `1.0`, `a: b`, `#x`) is quoted.
+    plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) and name.lower() not in YAML_WORDS
+    value = name if plain else json.dumps(name)
+    text = re.sub(r"^name: starter$", lambda _: f"name: {value}", text, count=1, flags=re.MULTILINE)
+    return text.replace("s3a://my-bucket/starter", f"s3a://my-bucket/{name}")
+
+
+YAML_WORDS = {"y", "yes", "n", "no", "true", "false", "on", "off", "null", "nan", "inf"}
 
 
 COMMANDS = [dev, test, init]

@@ -17,7 +17,8 @@ from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, parse
 @ENV_OPTION
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "ndjson"]), default="table",
               show_default=True)
-@click.option("--limit", type=int, default=1000, show_default=True, help="Print at most this many rows.")
+@click.option("--limit", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Print at most this many rows.")
 def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int) -> None:
     """Run ad-hoc Spark SQL over the deployed resources, by name.
 
@@ -29,10 +30,12 @@ def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int
     """
 
     def body() -> int:
-        frame = load_project(project_dir, env).query(sql_text)
-        columns = frame.columns
-        rows = [row.asDict(recursive=True) for row in frame.limit(limit).collect()]
-        print_rows(columns, rows, fmt)
+        from pipeframe.engine.query import collect_rows
+
+        project = load_project(project_dir, env)
+        frame = project.query(sql_text)
+        rows = collect_rows(frame, limit, project.readable_names())  # a Spark error is a PF808, not a PF999
+        print_rows(frame.columns, rows, fmt)
         return 0
 
     run(body)

@@ -58,6 +58,10 @@ def populate(pipe: str, project_dir: str, env: str | None, truncate: bool, where
       pipeframe populate sales_by_hour --where "ts < '2024-05-01'"
     """
 
+    given = click.get_current_context().get_parameter_source("chunk_rows")
+    if not chunk_by and given is not None and given.name != "DEFAULT":
+        raise click.UsageError("--chunk-rows sizes the chunks of --chunk-by COL; give --chunk-by too.")
+
     def body() -> int:
         project = load_project(project_dir, env)
         with _Progress() as progress:

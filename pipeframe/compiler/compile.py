@@ -98,8 +98,24 @@ class CompiledPipe:
 
         return tuple((name, to_sql(self._statement(i, _static_trees))) for i, (name, _) in enumerate(self.trees))
 
+    @cached_property
+    def limit_parameters(self) -> dict[str, tuple[str, Location]]:
+        """Request parameters this pipe, or a pipe it reads, renders into LIMIT or OFFSET → which of the two, and
+        the node that does."""
+        from pipeframe.compiler.limits import limit_parameters
+
+        found: dict[str, tuple[str, Location]] = {}
+        for upstream in self.upstream:
+            found.update(upstream.limit_parameters)
+        for name, _, _ in self.trees.texts:
+            node = self.definition.node(name)
+            assert node is not None
+            found.update(limit_parameters(node.sql, self.variables, node.sql_location))
+        return found
+
     def render(self, params: Mapping[str, Any]) -> str:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
+        from pipeframe.compiler.limits import check_limit_values
         from pipeframe.compiler.sql import parse_select, to_sql
         from pipeframe.templating import render
 
@@ -117,7 +133,9 @@ class CompiledPipe:
                 trees.append((name, parse_select(text, node.sql_location)))
             return trees
 
-        return to_sql(self._statement(len(self.trees) - 1, rendered))
+        statement = self._statement(len(self.trees) - 1, rendered)  # type errors first, as each node renders
+        check_limit_values(self.limit_parameters, self.parameters, params)
+        return to_sql(statement)
 
 
 def _static_trees(pipe: CompiledPipe) -> list[tuple[str, exp.Query]]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, build_scope
 
 from pipeframe.compiler.aggregates import BY_PLAIN_NAME, NOT_MERGEABLE, AggregateState
 from pipeframe.compiler.functions import NON_DETERMINISTIC, aggregates_in, call_of, combinator, is_aggregate
@@ -153,8 +154,19 @@ def nested_aggregates(ctx: ViewContext) -> None:
             return
 
 
+def unfiltered(expression: exp.Expression) -> tuple[exp.Expression, exp.Expression | None]:
+    """`agg(x) FILTER (WHERE c)` → (agg(x), c); anything else → (itself, None)."""
+    if isinstance(expression, exp.Filter):
+        return expression.this, expression.expression.this
+    return expression, None
+
 
 def mergeable_aggregates(ctx: ViewContext) -> None:
+    for nt, node in _walk(ctx):
+        if isinstance(node, exp.Filter) and not is_aggregate(node.this):
+            ctx.report("PF408", "FILTER (WHERE ...) applies only to an aggregate.",
+                       "Move the condition into a CASE WHEN, or into the WHERE clause.", nt, node, "filter")
+            return
     select = ctx.output_select
     if select is None:
         return
@@ -163,7 +175,12 @@ def mergeable_aggregates(ctx: ViewContext) -> None:
         aggs = aggregates_in(projection)
         if not aggs:
             continue
-        body = projection.this if isinstance(projection, exp.Alias) else projection
+        body, condition = unfiltered(projection.this if isinstance(projection, exp.Alias) else projection)
+        if condition is not None and aggregates_in(condition):
+            ctx.report("PF408", "The FILTER condition of an aggregate cannot itself use an aggregate: it is "
+                       "evaluated on each row.", "Compare with a column of the row, or split this into cascading "
+                       "materialized pipes.", out, condition)
+            continue
         if body is not aggs[0]:
             ctx.report("PF408", "An expression that combines aggregates cannot be stored as one mergeable state.",
                        "Materialize each aggregate as its own column (e.g. sum(x) AS total, count(*) AS n) and "
@@ -209,6 +226,44 @@ def outer_joins(ctx: ViewContext) -> None:
                        "with every block.", "Use an INNER or LEFT JOIN with the triggering datasource on the left.",
                        nt, node, node.side.lower())
             return
+
+
+def _trigger_reads(scope: Scope, trigger: str, earlier: dict[str, int]) -> list[exp.Expression]:
+    """Where one row of `scope` reads rows of the trigger: a table reference per trigger row it combines (a
+    self-join reads two). `earlier` counts the trigger rows behind each earlier node; UNION ALL branches are
+    separate rows, so a union reads as much as its widest branch."""
+    if scope.set_operation_scopes:
+        return max((_trigger_reads(s, trigger, earlier) for s in scope.set_operation_scopes), key=len)
+    reads: list[exp.Expression] = []
+    for name, node in scope.references:  # every FROM/JOIN source, semi and anti joins included
+        source = scope.sources.get(name)
+        if isinstance(source, Scope):
+            inner = _trigger_reads(source, trigger, earlier)
+            reads.extend([node] * len(inner) if source.is_cte else inner)
+        elif isinstance(source, exp.Table):
+            reads.extend([node] * (1 if source.name == trigger else earlier.get(source.name, 0)))
+    for subquery in scope.subquery_scopes:  # IN (SELECT ...), EXISTS (...), scalar subqueries
+        reads.extend(_trigger_reads(subquery, trigger, earlier))
+    return reads
+
+
+def self_join(ctx: ViewContext) -> None:
+    """Each block of new rows stands in for every reference to the trigger, so a second reference would only
+    ever meet rows of the same block."""
+    if ctx.trigger is None:
+        return
+    earlier: dict[str, int] = {}
+    for nt in ctx.nodes:
+        scope = build_scope(nt.tree)
+        reads = _trigger_reads(scope, ctx.trigger, earlier) if scope is not None else []
+        if len(reads) > 1:
+            ctx.report("PF413", f"Node `{nt.node.name}` reads `{ctx.trigger}` more than once (a self-join, or a "
+                       "subquery or CTE over it): the view would join each block of new rows only with itself, "
+                       "never with earlier rows, so its result would depend on how rows were split into appends.",
+                       f"Join a different datasource as a dimension (`DIMENSIONS name`), or make `{ctx.pipe.name}` "
+                       "an endpoint or a copy pipe, which read every row.", nt, reads[1])
+            return
+        earlier[nt.node.name] = len(reads)
 
 
 def join_triggers(ctx: ViewContext) -> None:
@@ -264,7 +319,7 @@ def cascade_states(ctx: ViewContext) -> None:
 
 RULES: tuple[Callable[[ViewContext], None], ...] = (
     window_functions, order_by, limit_offset, having, distinct, non_deterministic, nested_aggregates,
-    mergeable_aggregates, reads_own_target, outer_joins, cascade_states, join_triggers,
+    mergeable_aggregates, reads_own_target, outer_joins, self_join, cascade_states, join_triggers,
 )
 
 

@@ -8,7 +8,7 @@ from sqlglot import exp
 
 from pipeframe.compiler.aggregates import BY_KIND, BY_PLAIN_NAME, AggregateState, state_type_for
 from pipeframe.compiler.functions import aggregates_in, call_of, combinator
-from pipeframe.compiler.incremental import ViewContext
+from pipeframe.compiler.incremental import ViewContext, unfiltered
 from pipeframe.compiler.infer import Scope, infer
 from pipeframe.compiler.sql import DIALECT, inline, rename_tables, to_sql
 from pipeframe.compiler.viewplan import ParsedNodes, StateSelect, ViewColumn, ViewPlan
@@ -66,6 +66,21 @@ def resolve_state(ctx: ViewContext, body: exp.Expression) -> tuple[AggregateStat
     return state, args[: state.arity or 1] if state.parametric else args, params, "", False
 
 
+def filtered(state_sql: str, condition: exp.Expression | None) -> str:
+    """A state expression whose every aggregate keeps the pipe's `FILTER (WHERE condition)`: the state then holds
+    only the rows the condition keeps, and merges as the unfiltered state does."""
+    if condition is None:
+        return state_sql
+    tree = sqlglot.parse_one(state_sql, read=DIALECT)
+    for agg in aggregates_in(tree):
+        kept = exp.Filter(this=agg.copy(), expression=exp.Where(this=condition.copy()))
+        if agg is tree:
+            tree = kept
+        else:
+            agg.replace(kept)
+    return to_sql(tree)
+
+
 def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str | None]]) -> ViewPlan:
     """Describe the target columns of an accepted materialized pipe; the state SQL is built on first use."""
     tree = ctx.output.tree
@@ -86,7 +101,7 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
             keys.extend(n for n, _ in star_columns)
             continue
         name = projection.alias_or_name
-        body = projection.this if isinstance(projection, exp.Alias) else projection
+        body, condition = unfiltered(projection.this if isinstance(projection, exp.Alias) else projection)
         if select is None or not aggregates_in(projection):
             col_type = infer(body, scope)
             columns.append(ViewColumn(name, col_type, value_type=col_type))
@@ -98,10 +113,10 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         arg_types = tuple(infer(a, scope) for a in call.args)
         comb = combinator(call)
         if comb is not None and comb[1] == "MergeState":
-            replacements[index] = state.combine_sql(args[0])
+            replacements[index] = filtered(state.combine_sql(args[0]), condition)
             physical = arg_types[0] if arg_types else None
         else:
-            replacements[index] = state.state_sql(args, params)
+            replacements[index] = filtered(state.state_sql(args, params), condition)
             physical = state_type_for(state, arg_types)
         value_type = VALUE_TYPES.get(state.kind)
         if state.kind == "sum":
@@ -111,7 +126,8 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         if state.kind == "quantiles" and len(params) > 1:
             value_type = "ARRAY<DOUBLE>"
         if not explicit and not note:
-            note = f"{name}: {call.written.lower()}(…) → {state.kind} state"
+            kept = " FILTER (WHERE …)" if condition is not None else ""
+            note = f"{name}: {call.written.lower()}(…){kept} → {state.kind} state{kept and ' with the same FILTER'}"
         if note:
             rewrites.append(note)
         columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))

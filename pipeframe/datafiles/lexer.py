@@ -134,6 +134,12 @@ class Lexer:
             resolved = self._resolved[path] = path.resolve()
         return resolved
 
+    def _inside_root(self, path: Path) -> bool:
+        try:
+            return self.resolve(path).is_relative_to(self.resolve(self.root))
+        except (OSError, RuntimeError):  # a path the OS cannot look up, a symlink loop
+            return False
+
     def display(self, path: Path) -> str:
         try:
             return str(self.resolve(path).relative_to(self.root))
@@ -183,13 +189,26 @@ class Lexer:
             self.sink.error("PF106", f"INCLUDE nested more than {MAX_INCLUDE_DEPTH} levels deep (a loop?).",
                             "Remove the INCLUDE that includes its own includer.", where)
             return []
+        # Only files inside the project folder, by their real path: `..`, an absolute path or a symlink must
+        # not splice in (and so reveal) files from elsewhere on the machine.
+        candidates = (path.parent / args[0], self.root / args[0])
+        inside = [c for c in candidates if self._inside_root(c)]
+        if self.inputs is not None:  # kept as "no file here": a file appearing there (a symlink retargeted) is seen
+            for candidate in candidates:
+                if candidate not in inside:
+                    self.inputs.files.setdefault(str(candidate), None)
         target = None
-        for candidate in (path.parent / args[0], self.root / args[0]):
+        for candidate in inside:
             if self.inputs is not None:
                 self.inputs.look(candidate)  # before reading: an edit from now on is seen by the next run
             if _is_file(candidate):
                 target = candidate
                 break
+        if target is None and len(inside) < len(candidates):
+            self.sink.error("PF106", f"Included file `{args[0]}` is outside the project folder.",
+                            "Move the file into the project folder and include it by a path relative to this file "
+                            "or to the project root.", where)
+            return []
         if target is None:
             self.sink.error("PF106", f"Included file `{args[0]}` does not exist.",
                             "Give the path relative to this file or to the project root.", where)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeframe.datafiles.model import Column, Datasource
+from pipeframe.engine.conflicts import retrying
 from pipeframe.engine.warehouse import DeployedResource, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line, quote_path, quote_string
@@ -18,7 +19,12 @@ if TYPE_CHECKING:
 
 FORMATS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".json": "ndjson", ".csv": "csv", ".parquet": "parquet"}
 QUARANTINE_SCHEMA = "raw STRING, reason STRING, source STRING, ingested_at TIMESTAMP"
-RAW, REASON = "__pf_raw", "__pf_reason"
+RAW, REASON, EXACT, UTF8 = "__pf_raw", "__pf_reason", "__pf_exact", "__pf_utf8"
+# A JSON line as tokens: a whole string (an escaped character never ends it) or a run of anything else.
+JSON_TOKENS = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[^"]++'
+JSON_NUMBER = r"-?[0-9][0-9.eE+-]*+"  # outside strings, only numbers hold digits
+BOM = r"^\x{FEFF}"  # a UTF-8 byte order mark starting a line
+INFINITY = r"(?i)^\s*[+-]?inf(inity)?\s*$"  # how Spark spells an infinity it reads as one
 COMPLEX = ("ARRAY<", "MAP<", "STRUCT<")
 
 
@@ -65,10 +71,18 @@ def read_file(spark: SparkSession, path: str, fmt: str, datasource: Datasource) 
             lines = spark.read.text(location).where("trim(value) <> ''").withColumnRenamed("value", RAW)
             return Batch(_conform_json(lines, datasource), local.name)
         if fmt == "csv":
-            header = spark.read.option("header", True).csv(location).columns
+            # A record may span lines, so a line that is not UTF-8 cannot be pinned on one row: refuse the file.
+            bad = spark.read.text(location).where("NOT is_valid_utf8(value)").limit(1).collect()
+            if bad:
+                raise PipeframeError("PF712", f"Cannot read `{path}` as csv: it is not valid UTF-8 (near "
+                                     f"\"{bad[0][0][:60]}\").",
+                                     "Convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`.")
+            # RFC 4180: a quoted field may hold commas and line breaks; a quote inside one is doubled.
+            reader = spark.read.options(header=True, multiLine=True, quote='"', escape='"')
+            header = reader.csv(location).columns
             schema = ", ".join(f"`{c}` STRING" for c in header) + ", `__pf_corrupt` STRING"
-            frame = (spark.read.option("header", True).option("mode", "PERMISSIVE")
-                     .option("columnNameOfCorruptRecord", "__pf_corrupt").schema(schema).csv(location))
+            frame = (reader.options(mode="PERMISSIVE", columnNameOfCorruptRecord="__pf_corrupt")
+                     .schema(schema).csv(location))
             return Batch(conform(frame, datasource, corrupt="__pf_corrupt"), local.name)
         frame = spark.read.parquet(location)
         return Batch(conform(frame, datasource), local.name)
@@ -101,10 +115,31 @@ def conform_lines(spark: SparkSession, lines: list[str], datasource: Datasource)
 
 
 def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
-    """NDJSON lines: each column read from its `json:` path (or its name), then cast."""
-    values = {c: f"get_json_object(`{RAW}`, {quote_string(_json_path(c))})" for c in datasource.columns}
-    not_json = f"CASE WHEN get_json_object(`{RAW}`, '$') IS NULL THEN 'line is not valid JSON' END"
-    return _typed(lines, datasource, values, f"`{RAW}`", [not_json], strings=True)
+    """NDJSON lines: each column read from its `json:` path (or its name), then cast. Numbers are read as sent
+    (`get_json_object` alone reads them through a double: `1e400` would become "Infinity", a long decimal would
+    lose digits): `__pf_exact` is the line with every number outside a string quoted, so a number is read as its
+    text. Objects and arrays are read from the line itself, so their numbers stay numbers."""
+    # Decoding for the regex makes any bytes valid (U+FFFD), so what the line was is kept in `__pf_utf8`.
+    lines = lines.selectExpr(f"regexp_replace(`{RAW}`, {quote_string(BOM)}, '') AS `{RAW}`",
+                             f"is_valid_utf8(`{RAW}`) AS `{UTF8}`")
+    tokens = f"regexp_extract_all(`{RAW}`, {quote_string(JSON_TOKENS)}, 0)"
+    quoted = f"IF(startswith(t, '\"'), t, regexp_replace(t, {quote_string(JSON_NUMBER)}, '\"$0\"'))"
+    lines = lines.selectExpr(f"`{RAW}`", f"`{UTF8}`", f"array_join(transform({tokens}, t -> {quoted}), '') AS `{EXACT}`")
+    values = {}
+    for column in datasource.columns:
+        path = quote_string(_json_path(column))
+        normal, exact = f"get_json_object(`{RAW}`, {path})", f"get_json_object(`{EXACT}`, {path})"
+        complex_ = column.type.upper().startswith(COMPLEX)
+        values[column] = normal if complex_ else f"IF(startswith({exact}, '{{') OR startswith({exact}, '['), " \
+                                                 f"{normal}, {exact})"
+    checks = [(f"CASE WHEN NOT `{UTF8}` THEN 'line is not valid UTF-8' "
+               f"WHEN get_json_object(`{RAW}`, '$') IS NULL THEN 'line is not valid JSON' "
+               f"WHEN json_object_keys(`{RAW}`) IS NULL THEN 'line is JSON but not an object' END")]
+    if any(column.default is None for column in datasource.columns):
+        # `{}` (or an object of other keys only) would land as a row of NULLs that every view counts.
+        checks.append(f"CASE WHEN json_object_keys(`{RAW}`) IS NOT NULL AND coalesce({', '.join(values.values())}) "
+                      f"IS NULL THEN 'object has none of the datasource\\'s columns' END")
+    return _typed(lines, datasource, values, f"`{RAW}`", checks, strings=True)
 
 
 def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], raw: str,
@@ -118,6 +153,11 @@ def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], 
             converted = value
         else:
             converted = f"try_cast({value} AS {type_})"
+        if type_.upper() in ("FLOAT", "DOUBLE"):
+            # Casting never fails for floats: a number beyond the type's range becomes infinite. Only an infinity
+            # spelled as such (Infinity, -inf, ...) may land as one.
+            converted = (f"CASE WHEN abs({converted}) = CAST('Infinity' AS DOUBLE) AND NOT CAST({value} AS STRING) "
+                         f"rlike {quote_string(INFINITY)} THEN NULL ELSE {converted} END")
         if column.default is not None:
             converted = f"CASE WHEN {value} IS NULL THEN CAST(({column.default}) AS {type_}) ELSE {converted} END"
         selects.append(f"{converted} AS `{column.name}`")
@@ -160,9 +200,11 @@ class Ingestor:
             if quarantined:
                 bad = frame.where(f"`{REASON}` IS NOT NULL")
                 reasons = tuple(r[0] for r in bad.select(REASON).limit(3).collect())
-                (bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{quote_string(batch.source)} AS source",
-                                "current_timestamp() AS ingested_at")
-                 .write.format("delta").mode("append").save(self.warehouse.quarantine_path(table.state.name)))
+                rows = bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason",
+                                      f"{quote_string(batch.source)} AS source", "current_timestamp() AS ingested_at")
+                path = self.warehouse.quarantine_path(table.state.name)
+                # Another writer may create the quarantine table first: its commit wins, this one is retried.
+                retrying(lambda: rows.write.format("delta").mode("append").save(path))
             columns = [f"`{name}`" for name, _ in table.state.columns]
             good = frame.where(f"`{REASON}` IS NULL").select(*columns)
             writer = good.write.format("delta").mode(mode)
@@ -171,7 +213,7 @@ class Ingestor:
             if where:
                 writer = writer.option("replaceWhere", where)
             try:
-                writer.save(table.path or "")
+                retrying(lambda: writer.save(table.path or ""))
             except Exception as exc:
                 if where:
                     raise PipeframeError("PF713", f"Cannot replace rows of `{table.state.name}` where `{where}`: "

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.compiler.states import BATCH_RELATION
 from pipeframe.engine import tables
+from pipeframe.engine.conflicts import is_conflict, retrying, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -176,11 +177,15 @@ class Materializer:
         if record.paused:
             return ViewRefresh(name, "paused")
         try:
-            return self._apply_increment(view)
+            with view_lock(self.warehouse.uri, name):
+                return retrying(lambda: self._apply_increment(view))
         except PipeframeError:
             raise
         except Exception as exc:  # noqa: BLE001 — recorded on the view, shown by status, cleared by recover
             message = first_line(exc)
+            if is_conflict(exc):
+                message = (f"other writers kept committing to this view while it applied new rows ({message}); "
+                           "nothing was applied twice")
             self.warehouse.save_view_record(replace(record, error=message))
             return ViewRefresh(name, "error", message=message)
 

@@ -1,10 +1,11 @@
-"""Running a pipe's SQL on Spark, the Spark side of `pipeframe.endpoints`: the statement planned and collected,
-the rows and bytes its scans read, and a Spark error turned into a PF807 naming the pipe."""
+"""Running SQL on Spark, the Spark side of `pipeframe.endpoints` and `Project.query`: the statement planned and
+collected, the rows and bytes its scans read, and a Spark error turned into a PF807 naming the pipe (an endpoint or
+copy pipe) or a PF808 (ad-hoc SQL: `pipeframe query`, `Project.query(sql)`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,19 +49,62 @@ def query_errors(pipe: CompiledPipe) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        # pyspark may fail while converting a JVM error (a logging TypeError): the JVM error is its context
-        error = exc if _from_spark(exc) else exc.__context__
-        if error is None or not _from_spark(error):
+        first = spark_error_line(exc)
+        if first is None:
             raise
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        first = next((line for line in lines if ERROR_CLASS.search(line)), lines[0] if lines else type(error).__name__)
-        first = first[first.index("["):] if ERROR_CLASS.search(first) else first
         raise PipeframeError("PF807", f"The query of `{pipe.name}` failed in Spark: {first}",
                              f"Check the SQL of {pipe.definition.location.path} for these parameter values "
                              f"(`pipeframe sql {pipe.name}` prints it).", http_status=500) from None
 
 
+def run_sql(spark: SparkSession, sql: str, readable: Iterable[str] = ()) -> DataFrame:
+    """The DataFrame of ad-hoc SQL (analysed, not yet run); a Spark error is a PF808 (`sql_errors`)."""
+    with sql_errors(readable):
+        return spark.sql(sql)
+
+
+def collect_rows(frame: DataFrame, limit: int, readable: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """At most `limit` rows of an ad-hoc query's DataFrame as dicts; a Spark error is a PF808 (`sql_errors`)."""
+    with sql_errors(readable):
+        return [row.asDict(recursive=True) for row in frame.limit(limit).collect()]
+
+
+@contextmanager
+def sql_errors(readable: Iterable[str] = ()) -> Iterator[None]:
+    """A Spark SQL error in ad-hoc SQL (an unknown table or column, syntax Spark rejects, a division by zero under
+    ANSI mode) is the user's: a PF808 with Spark's error class and first line, never a logical plan or a PF999.
+    `readable` are the names the query can read, for the hint. Errors of the JVM itself (py4j) stay internal."""
+    try:
+        yield
+    except Exception as exc:
+        first = spark_error_line(exc, sql_only=True)
+        if first is None:
+            raise
+        names = sorted(readable)
+        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        reads = (f"it reads the deployed resources by name: {shown} (and `<datasource>_quarantine`)" if names
+                 else "nothing is deployed yet, run `pipeframe deploy` first")
+        raise PipeframeError("PF808", f"The query failed in Spark: {first}",
+                             f"Fix the query (Spark SQL): {reads}. `pipeframe sql PIPE` prints a pipe's "
+                             "compiled SQL.", http_status=400) from None
+
+
 ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]+\]")  # Spark's error classes, e.g. [DIVIDE_BY_ZERO]
+
+
+def spark_error_line(exc: BaseException, sql_only: bool = False) -> str | None:
+    """The first line of a Spark error from its error class on (`[DIVIDE_BY_ZERO] Division by zero. ...`), without
+    the logical plan or JVM stack that follow; None when `exc` is not Spark's. `sql_only`: only pyspark's captured
+    SQL errors (analysis, parse, runtime), not py4j's errors of the JVM connection."""
+    # pyspark may fail while converting a JVM error (a logging TypeError): the JVM error is its context
+    error = exc if _from_spark(exc) else exc.__context__
+    if error is None or not _from_spark(error):
+        return None
+    if sql_only and not type(error).__module__.startswith("pyspark.errors"):
+        return None
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    first = next((line for line in lines if ERROR_CLASS.search(line)), lines[0] if lines else type(error).__name__)
+    return first[first.index("["):] if ERROR_CLASS.search(first) else first
 
 
 def _from_spark(exc: BaseException) -> bool:

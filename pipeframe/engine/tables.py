@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from pipeframe.engine.conflicts import local_folder
 from pipeframe.engine.warehouse import IO
 from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import quote_path, quote_string
@@ -203,8 +204,9 @@ def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:
 
 def remove_path(spark: SparkSession, path: str) -> None:
     """Delete a table's folder (local paths directly, any other URI through Hadoop's FileSystem)."""
-    if "://" not in path or path.startswith("file:"):
-        shutil.rmtree(path.removeprefix("file:"), ignore_errors=True)
+    folder = local_folder(path)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
         return
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from pipeframe.engine.conflicts import local_folder, retrying
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
@@ -87,8 +88,9 @@ class Warehouse:
         return f"{self.uri}/quarantine/{datasource}"
 
     def _exists(self, path: str) -> bool:
-        if "://" not in path or path.startswith("file:"):  # a local folder: look, without a Delta log replay
-            return os.path.isdir(os.path.join(path.removeprefix("file://").removeprefix("file:"), "_delta_log"))
+        folder = local_folder(path)
+        if folder is not None:  # a local folder: look, without a Delta log replay
+            return os.path.isdir(os.path.join(folder, "_delta_log"))
         from delta.tables import DeltaTable
 
         return DeltaTable.isDeltaTable(self.spark, path)
@@ -201,17 +203,14 @@ class Warehouse:
                "backfill": json.dumps(record.backfill) if record.backfill else None, "updated_at": now()}
         idle = not (record.paused or record.stale_reason or record.error or record.backfill)
         source = self.spark.createDataFrame([row], VIEWS_SCHEMA)
-        for attempt in range(5):
+
+        def upsert() -> None:  # retried when another view's record changed meanwhile
             merge = DeltaTable.forPath(self.spark, self.views_path).alias("t").merge(source.alias("s"),
                                                                                     "t.name = s.name")
             merge = merge.whenMatchedDelete() if idle else merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
-            try:
-                merge.execute()
-                return
-            except Exception as exc:  # Delta's optimistic concurrency: another view's record changed meanwhile
-                if "Concurrent" not in type(exc).__name__ + str(exc)[:200] or attempt == 4:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
+            merge.execute()
+
+        retrying(upsert)
 
     # ------------------------------------------------------------------------------------- lock
     def acquire_lock(self, holder: str) -> None:

@@ -13,6 +13,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import HideTokens
@@ -25,12 +27,27 @@ from pipeframe.server.service import Service
 def create_app(service: Service) -> FastAPI:
     """The FastAPI app over `service`: routes, error shapes and the OpenAPI document."""
     app = FastAPI(title="pipeframe", version=_version(), openapi_url=None, docs_url=None, redoc_url=None)
-    add_error_handlers(app)
+    app.add_middleware(FollowDeploys, service=service)
+    add_error_handlers(app, service)  # outermost: what fails while following is answered in the error shape too
     add_pipe_routes(app, service)
     add_event_routes(app, service)
     add_view_routes(app, service)
     add_docs_routes(app, service)
     return app
+
+
+class FollowDeploys:
+    """Before each API request, serve what is deployed now: another process may have deployed, dropped or rebuilt
+    since (`Service.follow`)."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v0/"):
+            await run_in_threadpool(self.service.follow)
+        await self.app(scope, receive, send)
 
 
 def _version() -> str:

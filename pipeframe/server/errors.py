@@ -1,11 +1,13 @@
 """The error shapes of the HTTP API: every error is `{"error", "code", "hint", "parameter"}` with the status its
 PipeframeError carries; request-validation and routing errors are PipeframeErrors too; an unexpected exception is a
-PF999 500 (its traceback goes to the log only)."""
+PF999 500 (its traceback goes to the log only). No answer shows where the server keeps its files (`hide_paths`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import os
+import re
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,32 +17,60 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeframe.errors import PipeframeError
 
+if TYPE_CHECKING:
+    from pipeframe.project import Project
+    from pipeframe.server.service import Service
+
 log = logging.getLogger("pipeframe.server")
 
 NOT_FOUND = frozenset({"PF701", "PF702"})  # engine errors that mean "no such resource": 404 over HTTP
+RETRY_SECONDS = 1  # the Retry-After of a 503 (tables changed under a query by a deploy elsewhere)
+# A location with a scheme (Spark writes local paths as file:/...); a closing quote, bracket or space ends it.
+LOCATION = re.compile(r"\b(?:file|hdfs|s3a?|s3n|abfss?|wasbs?|gs|dbfs):/[^\s'\"`\])]*")
 
 
-def error_body(err: PipeframeError, parameter: str | None = None) -> dict[str, Any]:
+def hide_paths(value: Any, project: Project) -> Any:
+    """`value` (a message, or an answer's JSON) with the paths of the warehouse and of the project folder, and any
+    other file location, replaced: `<warehouse>/tables/x/v1`, `pipes/x.pipe`, `<path>`. Spark's messages name the
+    files they failed on; a client must not learn where the server keeps them."""
+    if isinstance(value, str):
+        warehouse = project.config.warehouse_uri.rstrip("/")
+        local = warehouse.removeprefix("file://").removeprefix("file:")
+        real = os.path.realpath(local) if "://" not in local else local
+        for place, name in ((warehouse, "<warehouse>"), (local, "<warehouse>"), (real, "<warehouse>"),
+                            (f"{project.root}/", ""), (str(project.root), "<project>")):
+            if place.strip("/"):
+                value = re.sub(r"(?:file:/*)?" + re.escape(place), name, value)
+        return LOCATION.sub("<path>", value)
+    if isinstance(value, dict):
+        return {k: hide_paths(v, project) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [hide_paths(v, project) for v in value]
+    return value
+
+
+def error_body(err: PipeframeError, project: Project, parameter: str | None = None) -> dict[str, Any]:
     """`parameter`: the request parameter at fault (template errors carry their own)."""
     first = err.diagnostics[0]
     body = {"error": first.message, "code": first.code, "hint": first.hint or None,
             "parameter": parameter or getattr(err, "parameter", None)}
     if len(err.diagnostics) > 1:
         body["errors"] = [d.to_json() for d in err.diagnostics]
-    return body
+    return hide_paths(body, project)
 
 
-def error_response(err: PipeframeError, parameter: str | None = None) -> JSONResponse:
+def error_response(err: PipeframeError, project: Project, parameter: str | None = None) -> JSONResponse:
     status = 404 if err.code in NOT_FOUND else err.http_status
-    return JSONResponse(error_body(err, parameter), status_code=status)
+    headers = {"Retry-After": str(RETRY_SECONDS)} if status == 503 else None
+    return JSONResponse(error_body(err, project, parameter), status_code=status, headers=headers)
 
 
-def add_error_handlers(app: FastAPI) -> None:
+def add_error_handlers(app: FastAPI, service: Service) -> None:
     """Answer PipeframeErrors, invalid requests, unknown routes and unexpected exceptions in the error shape."""
 
     @app.exception_handler(PipeframeError)
     async def pipeframe_error(_request: Request, err: PipeframeError) -> JSONResponse:
-        return error_response(err)
+        return error_response(err, service.project)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, err: RequestValidationError) -> JSONResponse:
@@ -49,13 +79,13 @@ def add_error_handlers(app: FastAPI) -> None:
         error = PipeframeError("PF815", f"Invalid request: {'`' + '.'.join(where) + '`: ' if where else ''}"
                                f"{problem.get('msg', 'invalid value')}.", "See /v0/openapi.json for the request "
                                "each route takes.")
-        return error_response(error, where[-1] if where else None)
+        return error_response(error, service.project, where[-1] if where else None)
 
     @app.exception_handler(HTTPException)
     async def no_route(request: Request, err: HTTPException) -> JSONResponse:
         error = PipeframeError("PF814", f"No route {request.method} {request.url.path} ({err.detail}).",
                                "The routes are listed at /v0/openapi.json and /docs.", http_status=err.status_code)
-        return error_response(error)
+        return error_response(error, service.project)
 
     app.add_middleware(InternalErrors)
 

@@ -3,6 +3,7 @@ format, from the pipes' declared parameters; `/docs` shows it (Swagger UI)."""
 
 from __future__ import annotations
 
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -10,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from pipeframe.server import auth
 from pipeframe.server.routes import FORMATS
@@ -29,11 +31,20 @@ def add_docs_routes(app: FastAPI, service: Service) -> None:
         caller = service.authenticate(auth.token_of(request))
         return openapi_document(app, service, service.readable_pipes(caller))
 
+    # Swagger UI's files come from the fastapi-offline package, not a CDN: /docs works without internet.
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="docs-assets")
+
     @app.get("/docs", include_in_schema=False)
     def docs(request: Request) -> HTMLResponse:
         token = request.query_params.get("token")
         url = "/v0/openapi.json" + (f"?token={quote(token, safe='')}" if token else "")
-        return get_swagger_ui_html(openapi_url=url, title=f"{service.project.config.name} · pipeframe API")
+        return get_swagger_ui_html(openapi_url=url, title=f"{service.project.config.name} · pipeframe API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png")
+
+
+DOCS_ASSETS = "/docs/assets"
 
 
 def openapi_document(app: FastAPI, service: Service, pipes: list[CompiledPipe]) -> dict:

@@ -6,21 +6,24 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool
 from starlette.concurrency import run_in_threadpool
 
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.errors import PipeframeError
 from pipeframe.server import auth
-from pipeframe.server.errors import error_body
+from pipeframe.server.errors import error_body, hide_paths
 
 if TYPE_CHECKING:
     from pipeframe.endpoints import EndpointResult
+    from pipeframe.engine.materialize import ViewRefresh
     from pipeframe.server.service import Service
 
 FORMATS = {"json": "application/json", "csv": "text/csv; charset=utf-8", "ndjson": "application/x-ndjson"}
@@ -69,16 +72,25 @@ def add_event_routes(app: FastAPI, service: Service) -> None:
             raise PipeframeError("PF815", "The request body has no events.",
                                  "Send one JSON object per line (curl --data-binary @events.ndjson).")
         result = await run_in_threadpool(service.ingest, name, lines)
-        return {"successful_rows": result.accepted, "quarantined_rows": result.quarantined,
-                "quarantine_reasons": list(result.reasons), "views": [asdict(v) for v in result.views]}
+        answer = {"successful_rows": result.accepted, "quarantined_rows": result.quarantined,
+                  "quarantine_reasons": list(result.reasons), "views": [asdict(v) for v in result.views]}
+        if problems := view_problems(result.views):
+            answer["problems"] = problems
+        return hide_paths(answer, service.project)
+
+
+def view_problems(refreshed: Iterable[ViewRefresh]) -> list[dict]:
+    """The views a write left behind (in error, or stale), each with its message and the route that fixes it."""
+    return [{"view": r.view, "status": r.outcome, "message": r.message, "fix": f"POST /v0/views/{r.view}/recover"}
+            for r in refreshed if r.outcome in ("error", "stale")]
 
 
 class ViewChange(BaseModel):
-    """The body of `PATCH /v0/views/{name}`."""
+    """The body of `PATCH /v0/views/{name}`: JSON booleans only ("yes", "true" or 1 is a 400 naming the field)."""
 
     model_config = ConfigDict(extra="forbid")
-    paused: bool
-    permanent: bool = False
+    paused: StrictBool
+    permanent: StrictBool = False
 
 
 def add_view_routes(app: FastAPI, service: Service) -> None:
@@ -86,12 +98,15 @@ def add_view_routes(app: FastAPI, service: Service) -> None:
 
     def view_status(name: str) -> dict:
         [status] = service.project.status(name)
-        return status.to_json()
+        return hide_paths(status.to_json(), service.project)
+
+    def refreshes(refreshed: Iterable[ViewRefresh]) -> list[dict]:
+        return hide_paths([asdict(r) for r in refreshed], service.project)
 
     @app.get("/v0/views", summary="List the materialized views and their status", tags=["views"])
     def list_views(request: Request) -> dict:
         auth.require_admin(service.authenticate(auth.token_of(request)))
-        return {"views": [s.to_json() for s in service.project.status()]}
+        return {"views": hide_paths([s.to_json() for s in service.project.status()], service.project)}
 
     @app.get("/v0/views/{name}", summary="One view's status", tags=["views"])
     def get_view(name: str, request: Request) -> dict:
@@ -115,7 +130,16 @@ def add_view_routes(app: FastAPI, service: Service) -> None:
         if change.paused:
             service.pause(name, change.permanent)
         else:
-            refreshed = [asdict(r) for r in service.resume(name)]
+            refreshed = refreshes(service.resume(name))
+        return {"view": view_status(name), "refresh": refreshed}
+
+    @app.post("/v0/views/{name}/recover", summary="Recover a view in error or stale", tags=["views"])
+    def recover_view(name: str, request: Request) -> dict:
+        """Retries applying the source rows a failed view missed and, when that cannot work (its table is damaged,
+        or it is stale), rebuilds it from its source; answers its status and each refreshed view's outcome, as
+        `pipeframe recover` does."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        refreshed = refreshes(service.recover(name))
         return {"view": view_status(name), "refresh": refreshed}
 
     @app.delete("/v0/views/{name}", summary="Delete a view", tags=["views"],
@@ -130,7 +154,7 @@ def add_view_routes(app: FastAPI, service: Service) -> None:
         try:
             dropped = service.delete_view(name, force)
         except ViewInUse as err:
-            body = {**error_body(err), "dependents": [{"name": n, "kind": k} for n, k in err.dependents]}
+            body = {**error_body(err, service.project), "dependents": [{"name": n, "kind": k} for n, k in err.dependents]}
             return JSONResponse(body, status_code=err.http_status)
         return JSONResponse({"deleted": [{"name": r.state.name, "kind": r.state.kind} for r in dropped],
                              "note": "The project files still declare these resources: the next `pipeframe "
@@ -157,14 +181,25 @@ def render(result: EndpointResult, fmt: str) -> Response:
     """An endpoint answer as Tinybird formats it: json (meta, data, rows, statistics), csv with a header row,
     or ndjson (one object per line)."""
     if fmt == "json":
-        return JSONResponse(result.to_json())
+        return JSONResponse(finite(result.to_json()))
     if fmt == "ndjson":
-        return Response("".join(json.dumps(row) + "\n" for row in result.data), media_type=FORMATS[fmt])
+        return Response("".join(json.dumps(finite(row)) + "\n" for row in result.data), media_type=FORMATS[fmt])
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(result.columns)
     writer.writerows([csv_cell(row[c]) for c in result.columns] for row in result.data)
     return Response(out.getvalue(), media_type=FORMATS[fmt])
+
+
+def finite(value: Any) -> Any:
+    """NaN and ±Infinity as null, as ClickHouse's JSON formats write them: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def csv_cell(value: Any) -> str:

@@ -1,14 +1,20 @@
 """What the HTTP server serves: the current compiled + deployed Project and its Endpoints, swapped whole by `reload`
-after a deploy, and the lock that serializes writes. No HTTP here: routes call it."""
+after a deploy (its own, or one another process made: `follow`), and the lock that serializes writes. No HTTP here:
+routes call it."""
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeframe.compiler.graph import ResourceKey
+from pipeframe.engine.conflicts import local_folder
+from pipeframe.errors import PipeframeError
 from pipeframe.server import auth
 
 if TYPE_CHECKING:
@@ -19,6 +25,16 @@ if TYPE_CHECKING:
     from pipeframe.engine.materialize import ViewRefresh
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
     from pipeframe.project import Project
+
+log = logging.getLogger("pipeframe.server")
+
+# How often a server over a remote warehouse asks Delta whether another process deployed (a local one looks at the
+# state table's log on every request: a directory listing).
+FOLLOW_SECONDS = 1.0
+# Spark's words for a table or file that is gone: another process dropped or rebuilt it while a query read it.
+VANISHED = ("DELTA_TABLE_NOT_FOUND", "DELTA_PATH_DOES_NOT_EXIST", "PATH_NOT_FOUND", "FILE_NOT_EXIST",
+            "DELTA_FILE_NOT_FOUND", "FileNotFoundException", "is not a Delta table", "DELTA_MISSING_DELTA_TABLE")
+TABLE_PATH = re.compile(r"/tables/([^/\s]+)/v\d+")  # Warehouse.table_path: which resource a path belongs to
 
 
 class BackgroundJob(Protocol):
@@ -46,13 +62,41 @@ class Service:
         self.lock = threading.RLock()
         self.jobs: list[BackgroundJob] = list(jobs)
         self.current: Snapshot
+        self._following = threading.Lock()
+        self._seen = -1  # the state store's version the current snapshot was read at
+        self._checked = 0.0
+        self._local = local_folder(project.config.warehouse_uri) is not None
         self.reload(project)
 
     def reload(self, project: Project, deployed: DeployedSnapshot | None = None) -> None:
         """Serve `project` (compiled and deployed) from now on; requests already running finish on the old one.
         `deployed`: the deployed state when the caller knows it (the dev loop), instead of reading it."""
+        version = project.deployed_version()  # before the snapshot is read: a commit in between is seen next time
         with self.lock:
             self.current = Snapshot(project, project.endpoints(deployed))
+            self._seen = version
+
+    def follow(self) -> None:
+        """Serve what is deployed now when another process (a `pipeframe deploy`, a views API call on another
+        server, a rebuild) changed it since this snapshot was read: the folder is compiled again and the deployed
+        state read fresh. Called before each request; over a remote warehouse it looks at most every
+        FOLLOW_SECONDS."""
+        if not self._local and time.monotonic() - self._checked < FOLLOW_SECONDS:
+            return
+        self._checked = time.monotonic()
+        project = self.project
+        if project.deployed_version() == self._seen:
+            return
+        with self._following:  # one reload at a time; requests arriving meanwhile wait for its outcome
+            if project is not self.project or project.deployed_version() == self._seen:
+                return
+            try:
+                fresh = project.reload()
+                if fresh.compiled.errors:  # a save half-written: keep the files served, take the new state
+                    fresh = project
+                self.reload(fresh, fresh.warehouse.snapshot(fresh=True))
+            except Exception:  # e.g. the state store read while being written: the next request tries again
+                log.warning("Cannot read the deployed state yet; serving the previous one.", exc_info=True)
 
     @property
     def project(self) -> Project:
@@ -79,8 +123,28 @@ class Service:
                 if resource is not None and auth.may(caller, resource, "READ")]
 
     def call(self, pipe: str, params: dict[str, Any], caller: str | None) -> EndpointResult:
-        self.authorize(caller, ResourceKey.pipe(pipe), "READ")
-        return self.current.endpoints.run(pipe, params)
+        """Run an endpoint; a table that vanished under the query (a deploy or drop elsewhere) is retried once on
+        the state deployed now, then answered as a retryable 503."""
+        missing = ""
+        for _attempt in range(2):
+            current = self.current
+            self.authorize(caller, ResourceKey.pipe(pipe), "READ")
+            try:
+                return current.endpoints.run(pipe, params)
+            except PipeframeError as err:
+                message = err.diagnostics[0].message
+                if err.code != "PF807" or not any(word in message for word in VANISHED):
+                    raise
+                table = TABLE_PATH.search(message)
+                missing = f"The table of `{table.group(1)}`" if table else "A table"
+            self.follow()
+            if self.current is current:
+                break
+        raise PipeframeError("PF807", f"{missing} that `{pipe}` reads is missing or changed while the query ran (a "
+                             "deploy, a rebuild or a drop elsewhere).",
+                             "Retry in a moment; if it persists, `pipeframe status` shows the views in error and "
+                             "`pipeframe recover VIEW` (POST /v0/views/VIEW/recover) rebuilds one.",
+                             http_status=503)
 
     # ------------------------------------------------------------------------------------ writing
     def ingest(self, datasource: str, lines: list[str]) -> IngestResult:
@@ -95,6 +159,11 @@ class Service:
     def resume(self, view: str) -> list[ViewRefresh]:
         with self.lock:
             return self.project.resume(view)
+
+    def recover(self, view: str) -> list[ViewRefresh]:
+        """Bring a view in error (or stale) back, as `pipeframe recover` does: retry, else rebuild it."""
+        with self.lock:
+            return self.project.recover(view)
 
     def delete_view(self, view: str, force: bool) -> list[DeployedResource]:
         """Drop a view (and with `force` what reads it); returns what was dropped."""

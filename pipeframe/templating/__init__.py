@@ -10,13 +10,13 @@ from pipeframe.templating.declared import Parameter
 from pipeframe.templating.errors import TemplateError
 
 if TYPE_CHECKING:
-    from pipeframe.templating.rendering import Analysis, analyze, is_templated, render
+    from pipeframe.templating.rendering import Analysis, analyze, is_templated, render, trace
 
-__all__ = ["Analysis", "Parameter", "TemplateError", "analyze", "is_templated", "render"]
+__all__ = ["Analysis", "Parameter", "TemplateError", "analyze", "is_templated", "render", "trace"]
 
 
 def __getattr__(name: str) -> object:
-    if name in ("Analysis", "analyze", "is_templated", "render"):
+    if name in ("Analysis", "analyze", "is_templated", "render", "trace"):
         from pipeframe.templating import rendering
 
         return getattr(rendering, name)

@@ -24,6 +24,15 @@ class Mode(enum.Enum):
     RENDER = "render"
     ALL_DEFINED = "analysis, every parameter passed"
     NONE_DEFINED = "analysis, no parameter passed"
+    TRACE = "analysis, every parameter passed and rendered as its marker"
+
+
+PARAMETER_MARKER = "pf-parameter:"
+
+
+def marker(name: str) -> str:
+    """What a parameter renders as when tracing: a string literal naming it, valid SQL wherever a literal is."""
+    return sql_literal(PARAMETER_MARKER + name)
 
 
 def is_passed(value: Any) -> bool:
@@ -44,7 +53,7 @@ class RenderState:
         return self.mode is not Mode.RENDER
 
     def ref(self, name: str) -> ParamRef | MissingParam:
-        if self.mode is Mode.ALL_DEFINED:
+        if self.mode in (Mode.ALL_DEFINED, Mode.TRACE):
             return ParamRef(name, "placeholder", self)
         if self.mode is Mode.RENDER and is_passed(value := self.params.get(name)):
             return ParamRef(name, value, self)
@@ -100,6 +109,8 @@ class ParamRef(ValueOperators):
         return self.value
 
     def render_bare(self) -> str:
+        if self.state.mode is Mode.TRACE:
+            return marker(self.name)
         return sql_literal(self.operand())
 
     def __str__(self) -> str:

@@ -73,6 +73,15 @@ def analyze(sql: str, *, variables: Mapping[str, Any] = {}, location: Location) 
     return Analysis(rendered, _in_text_order(source, [parameter for parameter, _ in found.values()]))
 
 
+def trace(sql: str, *, variables: Mapping[str, Any] = {}, location: Location) -> str:
+    """The template rendered as analysis renders it with every parameter passed, but with each parameter's value
+    written as its marker literal (`'pf-parameter:<name>'`), so the SQL shows where each parameter lands."""
+    if not is_templated(sql):
+        return sql
+    template = _guarded(lambda: compile_template(strip_percent_line(sql)), location)
+    return _guarded(lambda: render_with(template, RenderState(Mode.TRACE, {}), dict(variables)), location)
+
+
 def _in_text_order(source: str, parameters: list[Parameter]) -> tuple[Parameter, ...]:
     tags = " ".join(match.group(0) for match in _TAG_TEXT.finditer(source))
 

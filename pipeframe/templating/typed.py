@@ -13,7 +13,16 @@ from jinja2.runtime import Context
 
 from pipeframe.templating.errors import TemplateError, missing_parameter, shown
 from pipeframe.templating.literals import TypedValue
-from pipeframe.templating.parameters import Parameter, RenderState, argument, param_name, passed_value, state_of
+from pipeframe.templating.parameters import (
+    Mode,
+    Parameter,
+    RenderState,
+    argument,
+    marker,
+    param_name,
+    passed_value,
+    state_of,
+)
 from pipeframe.templating.values import SCALAR_TYPES, InvalidValue, literal, parse, placeholder
 from pipeframe.templating.values import example as example_of
 
@@ -109,8 +118,12 @@ def _resolve(
     def checked(raw: Any, *, is_default: bool) -> TypedValue:
         if item_type is None:
             value = _scalar(kind, raw, enum, name, is_default)
-            return TypedValue(literal(kind, value), value)
-        return _array_value(item_type, _items(item_type, raw, enum, name, is_default))
+            rendered = TypedValue(literal(kind, value), value)
+        else:
+            rendered = _array_value(item_type, _items(item_type, raw, enum, name, is_default))
+        if state.mode is Mode.TRACE and name is not None:  # template logic keeps the value, the SQL shows the name
+            return TypedValue(marker(name) if item_type is None else f"({marker(name)})", rendered.value)
+        return rendered
 
     if state.analyzing:
         if name is None:  # a literal or computed value: check it if it is valid, else stand in for it

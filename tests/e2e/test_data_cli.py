@@ -12,11 +12,11 @@ def test_append_a_mixed_file_then_status(tmp_path):
     project = tmp_path / "shop"
     shutil.copytree(ROOT / "example_project", project, ignore=shutil.ignore_patterns(".pipeframe"))
     assert pipeframe("deploy", "--yes", cwd=project).returncode == 0
-    good = (project / "fixtures/sales.ndjson").read_text().splitlines()[:3]
-    bad = ['{"timestamp": "soon", "order": {"id": "o-1", "product": "yoga-mat", "amount": 1}}', "not json"]
-    (tmp_path / "mixed.ndjson").write_text("\n".join(good[:2] + bad + good[2:]) + "\n")
+    # The sample docs/quickstart.md appends: 3 good rows, a timestamp that is not one and a line that is not JSON.
+    mixed = project / "samples" / "more_sales.jsonl"
+    assert "samples/more_sales.jsonl" in (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
 
-    appended = pipeframe("append", "sales", str(tmp_path / "mixed.ndjson"), cwd=project)
+    appended = pipeframe("append", "sales", str(mixed), cwd=project)
     out = appended.stdout + appended.stderr
     assert appended.returncode == 0, out
     assert "sales: 3 row(s) accepted" in out and "2 quarantined → sales_quarantine" in out
@@ -28,7 +28,7 @@ def test_append_a_mixed_file_then_status(tmp_path):
     assert view["status"] == "active" and view["lag_versions"] == 0 and view["rows"] > 0
     assert view["applied_version"] == view["source_version"]
 
-    missing = pipeframe("append", "nope", str(tmp_path / "mixed.ndjson"), cwd=project)
+    missing = pipeframe("append", "nope", str(mixed), cwd=project)
     assert missing.returncode == 1 and "PF702" in missing.stdout and "Traceback" not in missing.stderr
     not_a_view = pipeframe("pause", "sales", cwd=project)
     assert not_a_view.returncode == 1 and "`sales` is a landing datasource" in not_a_view.stdout

@@ -44,3 +44,18 @@ def test_init_never_overwrites_files(tmp_path):
     assert "fix:" in refused.stdout and "Traceback" not in refused.stdout + refused.stderr
     assert (tmp_path / "pipeframe.yaml").read_text(encoding="utf-8") == "name: mine\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["pipeframe.yaml", "pipes", "top_events.pipe"]
+
+
+def test_init_names_the_project_after_its_folder(tmp_path):
+    from pipeframe.project import Project
+
+    assert pipeframe("init", "iot", cwd=tmp_path).returncode == 0
+    settings = (tmp_path / "iot" / "pipeframe.yaml").read_text(encoding="utf-8")
+    assert "name: iot\n" in settings and "starter" not in settings
+    assert (tmp_path / "iot" / "README.md").read_text(encoding="utf-8").startswith("# iot — a pipeframe project")
+    assert Project(tmp_path / "iot", environ={}).config.name == "iot"
+
+    here = tmp_path / "plant 7: yes"  # initialised in the current folder; a name YAML would misread is quoted
+    here.mkdir()
+    assert pipeframe("init", cwd=here).returncode == 0
+    assert Project(here, environ={}).config.name == "plant 7: yes"

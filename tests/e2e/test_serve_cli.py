@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -50,6 +52,10 @@ def test_serve_needs_a_deploy_then_answers_the_example_endpoints(tmp_path):
         body = answer.json()
         assert body["rows"] == 3 and [m["name"] for m in body["meta"]] == ["product", "orders", "revenue", "currency"]
         assert {row["currency"] for row in body["data"]} == {"EUR"}
+        # docs/http.md's first example: a filtered request and the first row it answers.
+        request, first_row = documented_example()
+        documented = httpx.get(f"http://127.0.0.1:{port}{request}", timeout=120)
+        assert documented.status_code == 200 and documented.json()["data"][0] == first_row, documented.text
         bad = httpx.get(url, params={"limit": "three"}, timeout=120)
         assert bad.status_code == 400 and bad.json()["parameter"] == "limit"
     finally:
@@ -58,3 +64,12 @@ def test_serve_needs_a_deploy_then_answers_the_example_endpoints(tmp_path):
     assert server.returncode == 0, out + err
     assert f"Serving shop on http://127.0.0.1:{port}" in out and "stopped" in out
     assert "Traceback" not in out + err
+
+
+def documented_example() -> tuple[str, dict]:
+    """The first `curl` of a .json endpoint in docs/http.md (path and query) and the first row of its answer there."""
+    text = (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
+    found = re.search(r"\$ curl 'http://127\.0\.0\.1:7181(/v0/pipes/\w+\.json\?[^']*)'\n.*?\"data\": \[(\{.*?\})",
+                      text, re.DOTALL)
+    assert found, "docs/http.md has no endpoint example"
+    return found.group(1), json.loads(found.group(2))

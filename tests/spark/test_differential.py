@@ -10,8 +10,8 @@ quantiles) between the true quantiles at ranks p - 0.05 and p + 0.05.
 1. The example project: its fixtures in random batches through every view (including the cascade
    sales_by_day over sales_by_hour, the dimension lookup and the explicit uniqState/sumState target).
 2. Hypothesis-generated materialized pipes over a generated datasource: random filters, group keys and time
-   buckets, every mergeable aggregate of the state catalog in plain, ClickHouse and explicit State spellings,
-   with `populate --truncate` and `optimize` between appends.
+   buckets, every mergeable aggregate of the state catalog in plain, ClickHouse and explicit State spellings
+   (some with `FILTER (WHERE ...)`), with `populate --truncate` and `optimize` between appends.
 3. Edge cases these tests found (fixed): an empty KLL sketch, a constant group's variance, plain ClickHouse
    aggregate spellings.
 """
@@ -264,6 +264,14 @@ CATALOG = (
               "stddevSampMerge({c})", "stddev_samp(x)", moment),
     Aggregate("var_pop", ("var_pop(x)",), "varPopState(x)", "varPopMerge({c})", "var_pop(x)", moment),
     Aggregate("stddev_pop", ("stddev_pop(x)",), "stddevPopState(x)", "stddevPopMerge({c})", "stddev_pop(x)", moment),
+    # FILTER (WHERE ...) kept in the state (a regression: it was refused as "combines aggregates")
+    Aggregate("count_filter", ("count(*) FILTER (WHERE y > 100)",), "countState() FILTER (WHERE y > 100)",
+              "countMerge({c})", "count(*) FILTER (WHERE y > 100)", exact),
+    Aggregate("avg_filter", ("avg(x) FILTER (WHERE a = 'k1')",), "avgState(x) FILTER (WHERE a = 'k1')",
+              "avgMerge({c})", "avg(CASE WHEN a = 'k1' THEN x END)", close),
+    Aggregate("uniq_filter", ("approx_count_distinct(u) FILTER (WHERE lat < 1000)",),
+              "uniqState(u) FILTER (WHERE lat < 1000)", "uniqMerge({c})",
+              "count(DISTINCT CASE WHEN lat < 1000 THEN u END)", hll),
 )
 
 # WHERE conditions, with the same condition in Python (None compares as SQL NULL: the row does not pass).

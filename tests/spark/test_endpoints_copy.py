@@ -158,3 +158,46 @@ def test_scheduler_runs_a_copy_at_its_cron_times(spark, spark_config):
     project.append("events", [{"ts": "2024-05-04 09:00:00", "user_id": "dan", "amount": 2}])
     assert scheduler.tick(datetime(2024, 6, 2, 1, 0, 30, tzinfo=UTC)) == ["snapshot"]
     assert project.query("SELECT count(*) AS n FROM hourly_copy").collect()[0].n == 4  # replaced, not appended
+
+
+@pytest.mark.parametrize(("sql", "error_class"), [
+    ("SELECT * FROM nope", "[TABLE_OR_VIEW_NOT_FOUND]"),
+    ("SELECT nope FROM events", "[UNRESOLVED_COLUMN.WITH_SUGGESTION]"),
+    ("SELECT * FROM events LATERAL VIEW x", "[PARSE_SYNTAX_ERROR]"),  # sqlglot lets it through, Spark does not
+])
+def test_ad_hoc_sql_that_spark_rejects_is_the_users_error(project, sql, error_class):
+    with pytest.raises(PipeframeError) as caught:
+        project.query(sql)
+    error, [diagnostic] = caught.value, caught.value.diagnostics
+    assert error.code == "PF808" and error.exit_code == 1 and error.http_status == 400
+    assert diagnostic.message.startswith(f"The query failed in Spark: {error_class}")
+    assert "\n" not in diagnostic.message and "Project [" not in diagnostic.message  # no logical plan
+    assert "events, hourly, hourly_copy" in diagnostic.hint and "pipeframe sql" in diagnostic.hint
+
+
+def test_ad_hoc_sql_failing_while_it_runs_is_the_users_error(project):
+    from pipeframe.engine.query import collect_rows
+
+    frame = project.query("SELECT amount / (amount - amount) AS x FROM events")
+    with pytest.raises(PipeframeError) as caught:
+        collect_rows(frame, 10, project.readable_names())
+    assert caught.value.code == "PF808" and "[DIVIDE_BY_ZERO]" in caught.value.diagnostics[0].message
+    assert collect_rows(project.query("SELECT user_id FROM events ORDER BY user_id"), 1) == [{"user_id": "ann"}]
+
+
+def test_an_endpoint_whose_sql_spark_rejects_names_the_pipe_in_one_line(spark, spark_config):
+    # `column()` takes any identifier; Spark finds that the table has no such column.
+    root = Path(spark_config.root) / "endpoints" / "by_column"
+    shutil.rmtree(root, ignore_errors=True)
+    write_project(root, {"datasources/events.datasource": EVENTS, "pipes/by_column.pipe":
+                         "NODE endpoint\nSQL >\n    %\n    SELECT {{ column(col, 'amount') }} AS v FROM events\n"
+                         "TYPE endpoint\n"})
+    shutil.copy(Path(spark_config.root) / "pipeframe.yaml", root / "pipeframe.yaml")
+    project = Project(root, spark=spark, environ={})
+    project.deploy()
+    assert project.endpoint("by_column", col="user_id").data == []
+    with pytest.raises(PipeframeError) as caught:
+        project.endpoint("by_column", col="nope")
+    message = caught.value.diagnostics[0].message
+    assert caught.value.code == "PF807" and "`by_column`" in message and "[UNRESOLVED_COLUMN" in message
+    assert "\n" not in message and "Project [" not in message

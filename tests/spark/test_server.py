@@ -10,7 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +122,15 @@ SQL >
     SELECT 1 / {{ Int(d, 1) }} AS x
 TYPE endpoint
 """
+NON_FINITE = """\
+DESCRIPTION >
+    Doubles that are not finite numbers
+NODE endpoint
+SQL >
+    SELECT CAST('NaN' AS DOUBLE) AS nan, CAST('Infinity' AS DOUBLE) AS inf, CAST('-Infinity' AS DOUBLE) AS ninf,
+           1.5 AS x
+TYPE endpoint
+"""
 FIXTURE = [
     {"ts": "2024-05-01 10:00:00", "user": "u1", "product": "mug", "amount": 12.5, "quantity": 1, "paid": True},
     {"ts": "2024-05-01 10:20:00", "user": "u2", "product": "tea", "amount": 4.0, "quantity": 3, "paid": False},
@@ -143,7 +156,7 @@ def project(spark, spark_config) -> Project:
     write_project(root, {
         "datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY, "pipes/daily.pipe": DAILY,
         "pipes/search.pipe": SEARCH, "pipes/top.pipe": TOP, "pipes/product_days.pipe": PRODUCT_DAYS,
-        "pipes/boom.pipe": BOOM,
+        "pipes/boom.pipe": BOOM, "pipes/non_finite.pipe": NON_FINITE,
         "fixtures/events.ndjson": "".join(json.dumps(row) + "\n" for row in FIXTURE),
     })
     tokens = "tokens:\n" + "".join(f"  {name}: {secret}\n" for name, secret in SECRETS.items())
@@ -195,6 +208,7 @@ def post_events(http: httpx.Client, rows: list, headers: dict = INGEST, name: st
 
 def assert_error(answer: httpx.Response, status: int, code: str, parameter: str | None = None) -> dict:
     assert answer.status_code == status, answer.text
+    assert "file:/" not in answer.text and "/tmp/" not in answer.text and "Traceback" not in answer.text, answer.text
     body = answer.json()
     assert body["code"] == code and body["error"] and "Traceback" not in answer.text
     if parameter is not None:
@@ -359,15 +373,40 @@ def test_openapi_lists_every_endpoint_with_its_typed_parameters(http):
     assert "swagger" in http.get("/docs").text.lower()
 
 
-def test_openapi_follows_a_reload(http, project, server):
+def test_openapi_follows_a_deploy_made_elsewhere(http, project):
     write_project(project.root, {"pipes/recent.pipe": SEARCH.replace("Raw events filtered", "Recent events filtered")})
-    reloaded = Project(project.root, spark=project.spark, environ={})
-    reloaded.deploy()
-    assert "/v0/pipes/recent.json" not in http.get("/v0/openapi.json", headers=ADMIN).json()["paths"]
-    server.service.reload(reloaded)
+    Project(project.root, spark=project.spark, environ={}).deploy()  # another Project: the server is not told
     doc = http.get("/v0/openapi.json", headers=ADMIN).json()
     assert doc["paths"]["/v0/pipes/recent.json"]["get"]["description"].startswith("Recent events filtered")
     assert http.get("/v0/pipes/recent.json", headers=READER).json()["rows"] == count(project, "events")
+
+
+def test_docs_load_swagger_ui_from_this_server(http):
+    page = http.get("/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert "://" not in page.text  # no CDN: the UI works without internet
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    kinds = {}
+    for url in assets:
+        assert url.startswith("/"), url
+        asset = http.get(url)
+        assert asset.status_code == 200 and asset.content, url
+        kinds[url.rsplit(".", 1)[-1]] = asset.headers["content-type"]
+    assert "javascript" in kinds["js"] and kinds["css"].startswith("text/css")
+    assert "SwaggerUIBundle" in http.get(next(u for u in assets if u.endswith(".js"))).text
+    assert_error(http.get("/redoc"), 404, "PF814")
+
+
+def test_nan_and_infinity_answer_as_null(http):
+    answer = http.get("/v0/pipes/non_finite.json", headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    strict = {"parse_constant": lambda name: pytest.fail(f"{name} is not JSON")}
+    expected = [{"nan": None, "inf": None, "ninf": None, "x": 1.5}]
+    assert json.loads(answer.text, **strict)["data"] == expected
+    lines = http.get("/v0/pipes/non_finite.ndjson", headers=ADMIN).text.splitlines()
+    assert [json.loads(line, **strict) for line in lines] == expected
+    as_csv = http.get("/v0/pipes/non_finite.csv", headers=ADMIN).text.splitlines()
+    assert as_csv == ["nan,inf,ninf,x", "nan,inf,-inf,1.5"]  # as ClickHouse writes them in CSV
 
 
 # --------------------------------------------------------------------------------------------- events
@@ -410,6 +449,11 @@ def test_views_api_lists_pauses_and_resumes(http, project):
                                                                             "backfill": None}
     assert_error(http.get("/v0/views/nope", headers=ADMIN), 404, "PF701")
     assert_error(http.patch("/v0/views/hourly", json={"paused": "maybe"}, headers=ADMIN), 400, "PF815", "paused")
+    for change in ({"paused": "yes"}, {"paused": "true"}, {"paused": 1}, {"paused": True, "permanent": "yes"},
+                   {"paused": False, "permanent": 0}):
+        field = "permanent" if "permanent" in change else "paused"
+        assert_error(http.patch("/v0/views/hourly", json=change, headers=ADMIN), 400, "PF815", field)
+    assert http.get("/v0/views/hourly", headers=ADMIN).json()["status"] == "active"  # nothing was taken as true
 
     paused = http.patch("/v0/views/hourly", json={"paused": True}, headers=ADMIN)
     assert paused.status_code == 200 and paused.json()["view"]["status"] == "paused"
@@ -452,3 +496,112 @@ def test_delete_a_view_with_dependents_then_deploy_brings_it_back(http, project,
     assert created == {"hourly", "daily", "top", "product_days"}
     server.service.reload(redeployed)
     assert revenue_by_product(http) == revenue
+
+
+def assert_no_paths(answer: httpx.Response, project: Project) -> None:
+    """No filesystem path of the warehouse or the project reaches a client."""
+    for where in (project.warehouse.uri, str(project.root), "file:/", "Traceback"):
+        assert where not in answer.text, (where, answer.text)
+
+
+def test_a_view_in_error_is_reported_by_events_and_recovered_over_http(http, project):
+    revenue = revenue_by_product(http)
+    shutil.rmtree(project.warehouse.snapshot(fresh=True).table("hourly").path)  # someone deleted the view's files
+
+    gone = http.get("/v0/pipes/top.json", headers=READER)  # a clear, retryable answer, not a 500 with a path
+    assert_error(gone, 503, "PF807")
+    assert int(gone.headers["retry-after"]) >= 1 and "hourly" in gone.json()["error"]
+    assert_no_paths(gone, project)
+
+    landed = post_events(http, [{"ts": "2024-05-05 09:00:00", "user": "u6", "product": "tea", "amount": 2.0}])
+    assert landed.status_code == 200, landed.text
+    assert {v["view"]: v["outcome"] for v in landed.json()["views"]}["hourly"] == "error"
+    [problem] = [p for p in landed.json()["problems"] if p["view"] == "hourly"]
+    assert problem["status"] == "error" and problem["message"]
+    assert problem["fix"] == "POST /v0/views/hourly/recover"
+    assert_no_paths(landed, project)
+    status = http.get("/v0/views/hourly", headers=ADMIN)
+    assert status.json()["status"] == "error" and status.json()["reason"]
+    assert_no_paths(status, project)
+
+    assert_error(http.post("/v0/views/hourly/recover", headers=READER), 403, "PF813")
+    assert_error(http.post("/v0/views/nope/recover", headers=ADMIN), 404, "PF701")
+    recovered = http.post("/v0/views/hourly/recover", headers=ADMIN)
+    assert recovered.status_code == 200, recovered.text
+    assert recovered.json()["refresh"][0] == {**recovered.json()["refresh"][0], "view": "hourly", "outcome": "rebuilt"}
+    assert recovered.json()["view"]["status"] == "active"
+    assert revenue_by_product(http) == {**revenue, "tea": revenue["tea"] + 2.0}
+    again = post_events(http, [{"ts": "2024-05-05 10:00:00", "user": "u6", "product": "tea", "amount": 1.0}])
+    assert again.status_code == 200 and "problems" not in again.json(), again.text
+
+
+FOLLOWER = """\
+import sys
+from pipeframe.project import Project
+
+print("ready", flush=True)
+for line in sys.stdin:
+    command, _, view = line.strip().partition(" ")
+    project = Project(sys.argv[1])
+    if command == "deploy":
+        print("done", project.deploy().changes, flush=True)
+    else:
+        print("done", len(project.delete_view(view, force=True).plan.pending), flush=True)
+"""
+
+
+def test_the_server_follows_deploys_made_by_another_process(http, project, tmp_path):
+    """Another process (its own JVM) rebuilds a view, drops it and deploys it again: the server's answers follow,
+    and none of them shows a path of the warehouse."""
+    answers: list[httpx.Response] = []
+
+    def top() -> httpx.Response:
+        answers.append(http.get("/v0/pipes/top.json", headers=READER))
+        return answers[-1]
+
+    revenue = revenue_by_product(http)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEFRAME_")}
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = subprocess.Popen([sys.executable, "-c", FOLLOWER, str(project.root)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+
+    def tell(command: str) -> None:
+        worker.stdin.write(command + "\n")
+        worker.stdin.flush()
+        line = worker.stdout.readline()
+        assert line.startswith("done"), (command, line, (tmp_path / "worker.log").read_text()[-3000:])
+
+    try:
+        assert worker.stdout.readline().strip() == "ready"
+        # A rebuild: revenue in cents, so the view's tables move to new versions (the old ones are removed).
+        write_project(project.root, {"pipes/hourly.pipe": HOURLY.replace("sum(amount)", "sum(amount * 100)")})
+        tell("deploy")
+        assert top().status_code == 200, answers[-1].text
+        cents = {row["product"]: row["revenue"] for row in answers[-1].json()["data"]}
+        assert cents == {name: pytest.approx(value * 100) for name, value in revenue.items()}
+
+        tell("drop hourly")
+        answers.append(http.get("/v0/pipes/top.json", headers=ADMIN))  # a reader's token learns nothing (403)
+        assert_error(answers[-1], 404, "PF803")
+        assert "hourly" not in [v["name"] for v in http.get("/v0/views", headers=ADMIN).json()["views"]]
+
+        tell("deploy")
+        assert top().status_code == 200, answers[-1].text
+        assert {row["product"]: row["revenue"] for row in answers[-1].json()["data"]} == cents
+
+        # Spark's own messages may hold a path: the server never passes one on.
+        write_project(project.root, {"pipes/leak.pipe": f"NODE endpoint\nSQL >\n    SELECT raise_error('cannot read "
+                                     f"{project.warehouse.uri}/tables/x/v9') AS x\nTYPE endpoint\n"})
+        tell("deploy")
+        answers.append(http.get("/v0/pipes/leak.json", headers=ADMIN))
+        assert_error(answers[-1], 500, "PF807")
+        assert "cannot read" in answers[-1].json()["error"]
+    finally:
+        worker.stdin.close()
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    for answer in answers:
+        assert_no_paths(answer, project)

@@ -187,6 +187,21 @@ def test_an_include_found_elsewhere_after_a_new_file_is_seen(project: Path) -> N
     assert "amount > 100" in same_as_uncached(project)["pipes"]["big"][6]
 
 
+def test_an_include_symlink_pointed_back_into_the_project_is_seen(project: Path, tmp_path: Path) -> None:
+    (tmp_path / "outside.incl").write_text("    WHERE amount > 0\n")
+    (project / "includes").mkdir()
+    (project / "includes/filter.incl").write_text("    WHERE amount > 100\n")
+    (project / "pipes/link.incl").symlink_to(tmp_path / "outside.incl")
+    (project / "pipes/big.pipe").write_text('NODE n\nSQL >\n    SELECT * FROM events\nINCLUDE "link.incl"\n'
+                                            "TYPE endpoint\n")
+    assert ("PF106", "pipes/big.pipe", 4) in {(d[0], d[4].path, d[4].line) for d in same_as_uncached(project)[
+        "diagnostics"]}
+    (project / "pipes/link.incl").unlink()
+    (project / "pipes/link.incl").symlink_to(project / "includes/filter.incl")
+    after = same_as_uncached(project)
+    assert not after["diagnostics"] and "amount > 100" in after["pipes"]["big"][6]
+
+
 def test_a_var_change_rerenders_the_templates(project: Path) -> None:
     assert "'EUR'" in same_as_uncached(project)["pipes"]["api"][6]
     (project / "pipeframe.yaml").write_text("vars:\n  currency: USD\n")

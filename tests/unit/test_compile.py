@@ -46,6 +46,60 @@ def test_endpoint_parameters_and_rendering(make_project):
     assert err.value.diagnostics[0].location.line == 12
 
 
+PAGED = """\
+NODE endpoint
+SQL >
+    %
+    SELECT product, amount FROM sales
+    WHERE amount > {{ Int(min_amount, 0) }}
+    {% if defined(page) %} LIMIT {{ Int(page_size, 10) }} OFFSET {{ Int(page) }} {% end %}
+TYPE endpoint
+"""
+
+
+@pytest.mark.parametrize(("params", "name", "clause", "got"), [
+    ({"page": "0", "page_size": "-1"}, "page_size", "LIMIT", "'-1'"),
+    ({"page": "0", "page_size": "2147483648"}, "page_size", "LIMIT", "'2147483648'"),
+    ({"page": "-5"}, "page", "OFFSET", "'-5'"),
+])
+def test_a_parameter_rendered_into_limit_or_offset_must_fit_there(make_project, params, name, clause, got):
+    pipe = Project(make_project({"pipes/paged.pipe": PAGED})).require_valid().pipes["paged"]
+    with pytest.raises(TemplateError) as err:
+        pipe.render(params)
+    assert (err.value.code, err.value.http_status, err.value.parameter) == ("PF202", 400, name)
+    [d] = err.value.diagnostics
+    assert d.message == f"Parameter `{name}` is used in {clause}, so it must be a whole number from 0 to 2147483647, " \
+                        f"got {got}."
+    assert (d.location.path, d.location.line) == ("pipes/paged.pipe", 6)
+
+
+def test_limit_and_offset_values_in_range_and_other_uses_are_unrestricted(make_project):
+    compiled = Project(make_project({"pipes/paged.pipe": PAGED, "pipes/wrap.pipe": (
+        "NODE n\nSQL >\n    SELECT count(*) AS n FROM paged\nTYPE endpoint\n")})).require_valid()
+    sql = compiled.pipes["paged"].render({"page": "2147483647", "page_size": "0", "min_amount": "-1"})
+    assert "amount > -1" in sql and "LIMIT 0 OFFSET 2147483647" in sql
+    with pytest.raises(TemplateError) as err:  # a pipe reading the endpoint renders it with the same parameters
+        compiled.pipes["wrap"].render({"page": "1", "page_size": "-1"})
+    assert err.value.parameter == "page_size"
+
+
+def test_a_bare_parameter_in_limit_is_checked_too(make_project):
+    pipe = "NODE n\nSQL >\n    SELECT product FROM sales LIMIT {{ n }}\nTYPE endpoint\n"
+    compiled = Project(make_project({"pipes/p.pipe": pipe})).require_valid()
+    with pytest.raises(TemplateError) as err:
+        compiled.pipes["p"].render({"n": "-1"})
+    assert err.value.parameter == "n" and "used in LIMIT" in err.value.diagnostics[0].message
+
+
+def test_a_limit_default_out_of_range_is_a_parameter_error(make_project):
+    pipe = ENDPOINT.replace("Int(limit, 10)", "Int(limit, -1)")
+    compiled = Project(make_project({"pipes/top.pipe": pipe})).require_valid()
+    with pytest.raises(TemplateError) as err:
+        compiled.pipes["top"].render({})
+    assert err.value.diagnostics[0].message.startswith("The default of parameter `limit` is used in LIMIT")
+    assert "LIMIT 5" in compiled.pipes["top"].render({"limit": "5"})
+
+
 def test_unknown_reference_with_suggestion(make_project):
     report = Project(make_project({"pipes/p.pipe": "NODE n\nSQL >\n    SELECT * FROM sale\nTYPE endpoint\n"})).check()
     [d] = report.errors

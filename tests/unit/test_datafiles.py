@@ -418,6 +418,39 @@ def test_include_errors(tmp_path, include, message):
     assert [n.name for n in pipe(resources, "p").nodes] == ["a"]
 
 
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink", "symlinked folder"])
+def test_include_is_confined_to_the_project_folder(tmp_path, how):
+    secret = tmp_path / "outside" / "secret.incl"
+    secret.parent.mkdir()
+    secret.write_text("NODE leaked\nSQL >\n    SELECT 'password' AS secret\n")
+    root = tmp_path / "proj"
+    (root / "pipes").mkdir(parents=True)
+    if how == "symlink":
+        (root / "pipes" / "link.incl").symlink_to(secret)
+    if how == "symlinked folder":
+        (root / "shared").symlink_to(secret.parent, target_is_directory=True)
+    path = {"dotdot": "../../outside/secret.incl", "absolute": str(secret), "symlink": "link.incl",
+            "symlinked folder": "shared/secret.incl"}[how]
+    resources, diags = load(root, {"pipes/p.pipe": f'NODE a\nSQL >\n    SELECT 1\nINCLUDE "{path}"\n'})
+    d = only(diags, "PF106")
+    assert d.message == f"Included file `{path}` is outside the project folder."
+    assert d.location == Location("pipes/p.pipe", 4, 1)
+    assert "inside the project folder" in d.hint or "into the project folder" in d.hint
+    assert [n.name for n in pipe(resources, "p").nodes] == ["a"]
+
+
+def test_include_inside_the_project_through_dotdot_and_symlinks_is_allowed(tmp_path):
+    root = tmp_path / "proj"
+    write_project(root, {"includes/n.incl": "NODE shared\nSQL >\n    SELECT 1\n"})
+    (root / "pipes").mkdir()
+    (root / "pipes" / "link.incl").symlink_to(root / "includes" / "n.incl")
+    resources, diags = load(root, {"pipes/p.pipe": 'INCLUDE "../includes/n.incl"\n',
+                                   "pipes/q.pipe": 'INCLUDE "link.incl"\n'})
+    assert not diags, diags
+    assert [n.name for n in pipe(resources, "p").nodes] == ["shared"]
+    assert [n.name for n in pipe(resources, "q").nodes] == ["shared"]
+
+
 def test_include_loops_are_reported_once_per_include_line(tmp_path):
     resources, diags = load(tmp_path, {
         "p.pipe": 'INCLUDE "x.incl"\n',

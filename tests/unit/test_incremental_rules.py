@@ -36,6 +36,13 @@ REJECTED = [
     ("PF411", "SELECT product, count(DISTINCT order_id) AS orders\nFROM sales\nGROUP BY product", 3),
     ("PF409", "SELECT product, count(*) AS n\nFROM target\nGROUP BY product", 4),
     ("PF415", "SELECT s.product, p.category\nFROM sales s\nRIGHT JOIN products p ON s.product = p.product", 5),
+    ("PF408", "SELECT product, count(*) FILTER (WHERE amount > avg(amount)) AS n\nFROM sales\nGROUP BY product", 3),
+    ("PF408", "SELECT product, upper(product) FILTER (WHERE amount > 1) AS p\nFROM sales", 3),
+    ("PF413", "SELECT a.product, count(*) AS pairs\nFROM sales a\nJOIN sales b ON a.product = b.product\nGROUP BY 1",
+     5),
+    ("PF413", "SELECT product, amount\nFROM sales\nWHERE product IN (SELECT product FROM sales WHERE amount > 10)", 5),
+    ("PF413", ("WITH s AS (SELECT product, amount FROM sales)\nSELECT a.product, b.amount\nFROM s a\n"
+               "LEFT JOIN s b ON a.product = b.product"), 6),
 ]
 
 
@@ -58,6 +65,35 @@ def test_nested_aggregate_across_nodes_is_rejected(make_project):
     report = Project(root).check()
     codes = {d.code: d for d in report.errors}
     assert "PF406" in codes and codes["PF406"].location.line == 3
+
+
+def test_self_join_is_rejected_with_the_reason_and_the_fix(make_project):
+    report, view = check(make_project, "SELECT a.product, count(*) AS pairs\nFROM sales a\n"
+                         "JOIN sales b ON a.product = b.product\nGROUP BY 1")
+    (error,) = [d for d in report.errors if d.code == "PF413"]
+    assert "Node `agg` reads `sales` more than once" in error.message
+    assert "depend on how rows were split into appends" in error.message
+    assert "DIMENSIONS" in error.hint and "endpoint" in error.hint and "copy pipe" in error.hint
+    assert view.verdict.status == "rejected" and view.plan is None
+
+
+def test_a_second_read_of_the_trigger_through_an_earlier_node_is_rejected(make_project):
+    root = make_project({"pipes/view.pipe": (
+        "NODE big\nSQL >\n    SELECT product, amount FROM sales WHERE amount > 10\n"
+        "NODE pairs\nSQL >\n    SELECT s.product, count(*) AS n\n    FROM sales s\n"
+        "    JOIN big ON s.product = big.product\n    GROUP BY 1\nTYPE materialized\nDATASOURCE target\n")})
+    report = Project(root).check()
+    (error,) = [d for d in report.errors if d.code == "PF413"]
+    assert "Node `pairs`" in error.message and error.location.line == 8  # at `JOIN big`
+
+
+def test_the_trigger_in_each_branch_of_a_union_all_or_beside_a_dimension_is_read_once(make_project):
+    report, _ = check(make_project, "SELECT product, amount FROM sales WHERE amount > 0\nUNION ALL\n"
+                      "SELECT product, -amount FROM sales WHERE amount < 0")
+    assert report.ok, [d.format() for d in report.diagnostics]
+    report, _ = check(make_project, "WITH s AS (SELECT * FROM sales)\nSELECT p.category, count(*) AS n\n"
+                      "FROM s JOIN products p ON s.product = p.product\nGROUP BY 1", extra="DIMENSIONS products\n")
+    assert report.ok, [d.format() for d in report.diagnostics]
 
 
 def test_join_without_dimensions_warns_and_dimensions_silence_it(make_project):
@@ -97,6 +133,24 @@ def test_plain_aggregates_are_rewritten_to_states(make_project):
     assert view.plan.keys == ("hour", "product")
     assert "__pf_batch" in view.plan.state_sql and "hll_sketch_agg" in view.plan.state_sql.lower()
     assert any("avg_ticket" in r for r in view.verdict.rewrites)
+
+
+def test_aggregates_with_filter_keep_it_in_their_state(make_project):
+    report, view = check(make_project, "SELECT product, count(*) FILTER (WHERE amount > 10) AS big,\n"
+                         "  avg(amount) FILTER (WHERE quantity > 1) AS avg_multi,\n"
+                         "  sumState(amount) FILTER (WHERE amount > 10) AS big_revenue\nFROM sales\nGROUP BY product")
+    assert report.ok, [d.format() for d in report.diagnostics]
+    assert view.verdict.status == "rewritten"
+    assert {c.name: c.state for c in view.plan.columns} == {
+        "product": None, "big": "count", "avg_multi": "avg", "big_revenue": "sum"}
+    state_sql = view.plan.state_sql
+    assert "COUNT(*) FILTER(WHERE amount > 10) AS `big`" in state_sql
+    # every aggregate of a struct state keeps the filter, so sum and count cover the same rows
+    assert "SUM(CAST(amount AS DOUBLE)) FILTER(WHERE quantity > 1)" in state_sql
+    assert "COUNT(amount) FILTER(WHERE quantity > 1)" in state_sql
+    assert "SUM(amount) FILTER(WHERE amount > 10) AS `big_revenue`" in state_sql
+    assert "big: count(…) FILTER (WHERE …) → count state with the same FILTER" in view.verdict.rewrites
+    assert "sum(`big`) AS `big`" in view.plan.read_sql("t")  # merged as an unfiltered count
 
 
 def test_plain_clickhouse_aggregates_are_states_too(make_project):

@@ -1,0 +1,78 @@
+"""Writers that meet: Delta's optimistic-concurrency conflicts retried, and the per-view lock that makes two
+processes refreshing one view take turns (read its watermark, apply what follows, commit)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# Delta's error classes for a commit that lost a race (nothing of it was committed: it can be run again).
+CONFLICTS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED", "ConcurrentAppendException",
+             "ConcurrentTransactionException", "ConcurrentWriteException", "ConcurrentDeleteReadException",
+             "ConcurrentDeleteDeleteException", "MetadataChangedException", "ProtocolChangedException")
+ATTEMPTS = 6
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """True when `exc` is Delta refusing a commit because another writer committed first."""
+    text = f"{type(exc).__name__} {str(exc)[:400]}"
+    return any(marker in text for marker in CONFLICTS)
+
+
+def retrying(action: Callable[[], T], attempts: int = ATTEMPTS) -> T:
+    """Run `action`, again after a short pause each time Delta refuses its commit for a concurrent one."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as exc:
+            if not is_conflict(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def view_lock(warehouse_uri: str, view: str) -> Iterator[None]:
+    """Held while one view's watermark is read and its increment committed, so two refreshers (threads or
+    processes on this machine) never apply one source range twice: the second waits, then finds the view up to
+    date or applies only what came after.
+
+    Threads take a lock per view; processes also take an exclusive `flock` on `_pipeframe/locks/<view>.lock`
+    in a local warehouse. A warehouse on object storage has no file lock: there the second refresher's commit
+    can still fail on Delta's conflict check and is retried."""
+    key = f"{warehouse_uri}\0{view}"
+    with _GUARD:
+        lock = _THREAD_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        folder = local_folder(warehouse_uri)
+        if folder is None:
+            yield
+            return
+        locks = os.path.join(folder, "_pipeframe", "locks")
+        os.makedirs(locks, exist_ok=True)
+        with open(os.path.join(locks, f"{view}.lock"), "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed, also by a killed process
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def local_folder(uri: str) -> str | None:
+    """The local folder of a warehouse URI (a path or file: URI), or None for any other filesystem."""
+    if "://" not in uri and not uri.startswith("file:"):
+        return uri
+    if uri.startswith("file:"):
+        return uri.removeprefix("file://").removeprefix("file:") or "/"
+    return None
