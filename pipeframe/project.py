@@ -297,22 +297,7 @@ class Project:
 
         A local warehouse is looked at without Spark (the newest commit file of the state table's `_delta_log`);
         any other URI asks Delta for the table's last version."""
-        from pipeframe.engine.conflicts import local_folder
-        from pipeframe.sqltext import quote_path
-
-        path = self.warehouse.state_path
-        folder = local_folder(path)
-        if folder is not None:
-            log = Path(folder) / "_delta_log"
-            try:
-                commits = [name[:-5] for name in os.listdir(log) if name.endswith(".json") and name[:-5].isdigit()]
-            except FileNotFoundError:
-                return -1
-            return max(map(int, commits), default=-1)
-        try:
-            return int(self.spark.sql(f"DESCRIBE HISTORY {quote_path(path)} LIMIT 1").first()["version"])
-        except Exception:  # noqa: BLE001 — no state table yet: nothing is deployed
-            return -1
+        return self.warehouse.version_of(self.warehouse.state_path)
 
     def plan(self, allow_destructive: bool = False) -> Plan:
         """What `deploy` would do: the files (desired) against the deployed snapshot."""

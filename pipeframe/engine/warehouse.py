@@ -87,10 +87,24 @@ class Warehouse:
         """Where rows that did not fit `datasource` are kept (readable as `<datasource>_quarantine`)."""
         return f"{self.uri}/quarantine/{datasource}"
 
-    def _exists(self, path: str) -> bool:
+    def version_of(self, path: str) -> int:
+        """A Delta table's latest version; -1 while it has no commit. A local table is looked at without Spark (the
+        newest commit file of its `_delta_log`), any other through Delta."""
         folder = local_folder(path)
-        if folder is not None:  # a local folder: look, without a Delta log replay
-            return os.path.isdir(os.path.join(folder, "_delta_log"))
+        if folder is not None:
+            try:
+                names = os.listdir(os.path.join(folder, "_delta_log"))
+            except (FileNotFoundError, NotADirectoryError):
+                return -1
+            return max((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=-1)
+        try:
+            return int(self.spark.sql(f"DESCRIBE HISTORY {quote_path(path)} LIMIT 1").first()["version"])
+        except Exception:  # noqa: BLE001 — no table there yet
+            return -1
+
+    def _exists(self, path: str) -> bool:
+        if local_folder(path) is not None:  # a local folder: look, without a Delta log replay (a table another
+            return self.version_of(path) >= 0  # process is creating has its folder before its first commit)
         from delta.tables import DeltaTable
 
         return DeltaTable.isDeltaTable(self.spark, path)
