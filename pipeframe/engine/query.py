@@ -89,6 +89,9 @@ def sql_errors(readable: Iterable[str] = ()) -> Iterator[None]:
                              "compiled SQL.", http_status=400) from None
 
 
+# A Spark SQL exception as py4j shows it when pyspark did not convert it (`: org.apache.spark.sql.AnalysisException:
+# [TABLE_OR_VIEW_NOT_FOUND] ...`).
+SPARK_SQL_ERROR = re.compile(r"^: org\.apache\.spark\.[\w.$]*(Exception|Error): \[[A-Z_.]+\]", re.MULTILINE)
 ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]+\]")  # Spark's error classes, e.g. [DIVIDE_BY_ZERO]
 
 
@@ -100,8 +103,8 @@ def spark_error_line(exc: BaseException, sql_only: bool = False) -> str | None:
     error = exc if _from_spark(exc) else exc.__context__
     if error is None or not _from_spark(error):
         return None
-    if sql_only and not type(error).__module__.startswith("pyspark.errors"):
-        return None
+    if sql_only and not (type(error).__module__.startswith("pyspark.errors") or SPARK_SQL_ERROR.search(str(error))):
+        return None  # py4j's own errors (the JVM connection), not a Spark SQL error pyspark left unconverted
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     first = next((line for line in lines if ERROR_CLASS.search(line)), lines[0] if lines else type(error).__name__)
     return first[first.index("["):] if ERROR_CLASS.search(first) else first

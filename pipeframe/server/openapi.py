@@ -69,7 +69,7 @@ def openapi_document(app: FastAPI, service: Service, pipes: list[CompiledPipe]) 
 
 ERROR_SCHEMA = {"type": "object", "properties": {
     "error": {"type": "string"}, "code": {"type": "string", "example": "PF202"},
-    "hint": {"type": "string", "nullable": True}, "parameter": {"type": "string", "nullable": True}}}
+    "hint": {"type": ["string", "null"]}, "parameter": {"type": ["string", "null"]}}}
 
 ANSWER_SCHEMA = {"type": "object", "properties": {
     "meta": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"},
