@@ -297,7 +297,10 @@ class Project:
 
         A local warehouse is looked at without Spark (the newest commit file of the state table's `_delta_log`);
         any other URI asks Delta for the table's last version."""
-        return self.warehouse.version_of(self.warehouse.state_path)
+        from pipeframe.engine.warehouse import local_version, state_path
+
+        local = local_version(state_path(self.config.warehouse_uri))
+        return local if local is not None else self.warehouse.version_of(self.warehouse.state_path)
 
     def plan(self, allow_destructive: bool = False) -> Plan:
         """What `deploy` would do: the files (desired) against the deployed snapshot."""

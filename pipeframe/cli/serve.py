@@ -38,7 +38,7 @@ def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
 
         project = load_project(project_dir, env)
         project.require_valid()
-        if not project.snapshot:
+        if project.deployed_version() < 0 or not project.snapshot:  # a local warehouse is looked at before Spark
             raise PipeframeError("PF818", f"Nothing is deployed in {project.config.warehouse_uri}.",
                                  "Run `pipeframe deploy` first (and `pipeframe append --fixtures` for sample rows).")
         pending = project.plan().pending

@@ -74,7 +74,7 @@ class Warehouse:
     def __init__(self, spark: SparkSession, uri: str) -> None:
         self.spark = spark
         self.uri = uri.rstrip("/")
-        self.state_path = f"{self.uri}/_pipeframe/state"
+        self.state_path = state_path(self.uri)
         self.lock_path = f"{self.uri}/_pipeframe/lock"
         self.views_path = f"{self.uri}/_pipeframe/views"
         self._snapshot: DeployedSnapshot | None = None
@@ -90,13 +90,9 @@ class Warehouse:
     def version_of(self, path: str) -> int:
         """A Delta table's latest version; -1 while it has no commit. A local table is looked at without Spark (the
         newest commit file of its `_delta_log`), any other through Delta."""
-        folder = local_folder(path)
-        if folder is not None:
-            try:
-                names = os.listdir(os.path.join(folder, "_delta_log"))
-            except (FileNotFoundError, NotADirectoryError):
-                return -1
-            return max((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=-1)
+        local = local_version(path)
+        if local is not None:
+            return local
         try:
             return int(self.spark.sql(f"DESCRIBE HISTORY {quote_path(path)} LIMIT 1").first()["version"])
         except Exception:  # noqa: BLE001 — no table there yet
@@ -305,6 +301,24 @@ class Warehouse:
         if registered.get(name) != sql:
             self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {sql}")
             registered[name] = sql
+
+
+def state_path(uri: str) -> str:
+    """Where the state store of the warehouse at `uri` is: what is deployed, and the deployments' history."""
+    return f"{uri.rstrip('/')}/_pipeframe/state"
+
+
+def local_version(path: str) -> int | None:
+    """The latest version of a Delta table in a local folder, from its newest commit file, without Spark: -1
+    while it has no commit, None when `path` is not local."""
+    folder = local_folder(path)
+    if folder is None:
+        return None
+    try:
+        names = os.listdir(os.path.join(folder, "_delta_log"))
+    except (FileNotFoundError, NotADirectoryError):
+        return -1
+    return max((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=-1)
 
 
 # The temporary views each Spark session has had registered by `Warehouse.register`: name → its SQL.

@@ -41,3 +41,21 @@ def table_path(spark_config: ProjectConfig, request: pytest.FixtureRequest) -> s
     """A path under the warehouse where no table exists yet, unique to this test."""
     name = "".join(c if c.isalnum() else "_" for c in request.node.name)
     return str(Path(spark_config.warehouse_uri) / "tests" / f"{name}_{next(_tables)}")
+
+
+def deployed(spark, spark_config: ProjectConfig, name: str, files: dict[str, str], config_extra: str = ""):
+    """A project of `files` in a fresh folder under the shared session's root, with the session's pipeframe.yaml
+    (plus `config_extra`), deployed and its fixtures loaded."""
+    import shutil
+
+    from pipeframe.project import Project
+    from tests.conftest import write_project
+
+    root = Path(spark_config.root) / name
+    shutil.rmtree(root, ignore_errors=True)
+    write_project(root, files)
+    (root / "pipeframe.yaml").write_text((Path(spark_config.root) / "pipeframe.yaml").read_text() + config_extra)
+    project = Project(root, spark=spark, environ={})
+    project.deploy()
+    project.load_fixtures()
+    return project

@@ -21,7 +21,7 @@ from pipeframe.server.service import Service
 from tests.conftest import DAILY, EVENTS, HOURLY, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUNDS = 2  # appends per CLI process, one after another
+ROUNDS = 1  # appends per CLI process, one after another (each starts a JVM)
 ROWS_PER_FILE = 300
 MISFITS_PER_FILE = 3
 EVENTS_PER_POST = 5

@@ -25,6 +25,7 @@ import pytest
 from pipeframe.project import Project
 from pipeframe.server import RunningServer, Service, start_server
 from tests.conftest import write_project
+from tests.spark.conftest import deployed
 
 EVENTS = """\
 DESCRIPTION >
@@ -151,20 +152,13 @@ READER, INGEST, DASHBOARD, ADMIN = (bearer(t) for t in ("reader", "ingest", "das
 
 @pytest.fixture(scope="module")
 def project(spark, spark_config) -> Project:
-    root = Path(spark_config.root) / "server"
-    shutil.rmtree(root, ignore_errors=True)
-    write_project(root, {
+    tokens = "tokens:\n" + "".join(f"  {name}: {secret}\n" for name, secret in SECRETS.items())
+    return deployed(spark, spark_config, "server", {
         "datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY, "pipes/daily.pipe": DAILY,
         "pipes/search.pipe": SEARCH, "pipes/top.pipe": TOP, "pipes/product_days.pipe": PRODUCT_DAYS,
         "pipes/boom.pipe": BOOM, "pipes/non_finite.pipe": NON_FINITE,
         "fixtures/events.ndjson": "".join(json.dumps(row) + "\n" for row in FIXTURE),
-    })
-    tokens = "tokens:\n" + "".join(f"  {name}: {secret}\n" for name, secret in SECRETS.items())
-    (root / "pipeframe.yaml").write_text((Path(spark_config.root) / "pipeframe.yaml").read_text() + tokens)
-    p = Project(root, spark=spark, environ={})
-    p.deploy()
-    p.load_fixtures()
-    return p
+    }, tokens)
 
 
 @pytest.fixture(scope="module")

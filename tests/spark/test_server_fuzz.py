@@ -8,10 +8,8 @@ A few examples per operation keep the run short (about a minute on two cores); t
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,7 +21,7 @@ from schemathesis.checks import content_type_conformance, not_a_server_error, re
 
 from pipeframe.project import Project
 from pipeframe.server import RunningServer, Service, start_server
-from tests.conftest import write_project
+from tests.spark.conftest import deployed
 
 EVENTS = """\
 SCHEMA >
@@ -90,17 +88,10 @@ def ndjson(_ctx, value) -> bytes:
 
 @pytest.fixture(scope="module")
 def project(spark, spark_config) -> Project:
-    root = Path(spark_config.root) / "server_fuzz"
-    shutil.rmtree(root, ignore_errors=True)
-    write_project(root, {
+    return deployed(spark, spark_config, "server_fuzz", {
         "datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY, "pipes/top.pipe": TOP,
         "pipes/raw.pipe": RAW, "fixtures/events.ndjson": "".join(json.dumps(r) + "\n" for r in ROWS),
     })
-    (root / "pipeframe.yaml").write_text((Path(spark_config.root) / "pipeframe.yaml").read_text())
-    p = Project(root, spark=spark, environ={})
-    p.deploy()
-    p.load_fixtures()
-    return p
 
 
 @pytest.fixture(scope="module")
