@@ -10,12 +10,17 @@ Sections (PRODUCT.md section 8), all in one run on this machine:
             every side brings its views up to date, timed: pipeframe refresh, CREATE OR REPLACE TABLE AS SELECT,
             dbt-spark incremental models, Spark Declarative Pipelines materialized views. Then the exact view
             is compared across all sides, an endpoint over the hourly view is timed against the same answer over
-            the raw rows, and `Project.append` (three views attached) against a plain Delta append.
+            the raw rows, and `Project.append` (three views attached) against a plain Delta append, each
+            `Project.append` split into its steps (bench/ingest_bench.py's profile).
   check     `pipeframe check` on a 1,000-resource project vs `dbt parse` on an equivalent 1,000-model dbt
             project, each in fresh processes (bench/check_bench.py).
   control   a no-op `pipeframe deploy` next to a bare Spark start, both fresh processes (bench/control_bench.py).
   dev       the dev loop: save an endpoint file -> new HTTP answer, and two saves in quick succession
             (bench/dev_bench.py).
+  ingest    real-time ingestion: K HTTP clients posting NDJSON to a `pipeframe serve` process (10-row and 1,000-row
+            requests, --ingest-seconds each), commit -> visible in the views from the Delta logs, next to a plain
+            Delta append loop; and where one `Project.append` spends its time (bench/ingest_bench.py; its
+            `Project.append` figures are the views section's when that section runs too).
 Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them. A section left
 out with --skip keeps its figures from the previous run (the page says which run each section comes from).
 """
@@ -35,6 +40,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import ingest_bench
 import report
 from common import ratio, summary
 from peers import Ctas, Dbt, Pipeframe, Sdp, remove, versions
@@ -42,7 +48,7 @@ from scenario import EXACT_VIEW, SECONDS_PER_ROW, START_EPOCH, generate, write_p
 
 BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
-SECTIONS = ("views", "check", "control", "dev")
+SECTIONS = ("views", "check", "control", "dev", "ingest")
 
 
 def log(message: str) -> None:
@@ -116,7 +122,7 @@ def views_section(rows: int, appends: int, growth_appends: int, repeats: int) ->
 
         out["cross_check"] = cross_check(sides)
         out["endpoint"] = endpoint_reads(project, repeats, landed)
-        out["append"] = append_overhead(project, spark, work, landed, batch, max(3, repeats // 2))
+        out["append"] = ingest_bench.append_profile(project, spark, work, landed, batch, max(3, repeats // 2))
         return out
     finally:
         for side in sides:
@@ -158,23 +164,6 @@ def endpoint_reads(project, repeats: int, landed: int) -> dict:
             "start": start}
 
 
-def append_overhead(project, spark, work: Path, landed: int, batch: int, repeats: int) -> dict:
-    """`Project.append` of a batch (schema check, quarantine split, source commit, three views) vs a plain
-    Delta append of the same rows to a table of the same schema."""
-    plain = str(work / "plain")
-    generate(spark, 0, 1).limit(0).write.format("delta").save(plain)
-    plains, appends = [], []
-    for _ in range(repeats):
-        frame = generate(spark, landed, batch).cache()
-        frame.count()
-        landed += batch
-        plains.append(timed(lambda f=frame: f.write.format("delta").mode("append").save(plain)))
-        appends.append(timed(lambda f=frame: project.append("events", f)))
-        frame.unpersist()
-    return {"plain_s": summary(plains), "pipeframe_s": summary(appends), "pipeframe_over_plain": ratio(appends, plains),
-            "batch_rows": batch}
-
-
 def run_script(name: str, *args: str) -> dict:
     out = Path(tempfile.mkstemp(suffix=".json")[1])
     try:
@@ -202,6 +191,8 @@ def main() -> int:
     parser.add_argument("--growth-appends", type=int, default=3, help="1%% appends at --rows/10 and 3*--rows/10")
     parser.add_argument("--repeats", type=int, default=5, help="repeats of the check, endpoint and dev measures")
     parser.add_argument("--skip", default="", help=f"comma-separated sections to leave out: {', '.join(SECTIONS)}")
+    parser.add_argument("--ingest-seconds", type=float, default=30, help="measured seconds per ingestion scenario")
+    parser.add_argument("--ingest-clients", type=int, default=64, help="concurrent HTTP clients of the ingestion section")
     parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -245,8 +236,19 @@ def main() -> int:
     if "dev" not in skip:
         log("dev: save -> new answer in pipeframe dev")
         results["dev"] = run_script("dev_bench.py", "--repeats", str(args.repeats))
+        save()
+    if "ingest" not in skip:
+        log("ingest: POST /v0/events against pipeframe serve, a plain Delta append loop, Project.append's steps")
+        measured = "views" not in skip  # its Project.append figures: reused, not measured twice
+        results["ingest"] = run_script("ingest_bench.py", "--seconds", str(args.ingest_seconds), "--clients",
+                                       str(args.ingest_clients), *(["--profile-rows", "0"] if measured else []))
+        if measured:
+            results["ingest"]["append"] = dict(results["views"]["append"],
+                                               **{"from": "measured by the views section of the same run"})
     save()
     report.write(results, args.out)
+    if "ingest" in results:  # report.py does not render this section: bench/ingest_bench.py does
+        args.out.write_text(ingest_bench.insert_section(args.out.read_text(), ingest_bench.section(results["ingest"])))
     log(f"wrote {args.out}, {data} and the charts in {args.out.parent / 'img'}")
     return 0
 

@@ -16,8 +16,23 @@ from pipeframe.errors import Location, PipeframeError
 
 CONFIG_FILE = "pipeframe.yaml"
 STATE_DIR = ".pipeframe"
-KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "retention_hours"}
+KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "retention_hours", "ingest"}
 KNOWN_SPARK_KEYS = {"master", "remote", "conf"}
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """How appends to one datasource are grouped into Delta commits (`ingest:` in pipeframe.yaml).
+
+    A commit is made as soon as the requests waiting hold `flush_rows` lines or `flush_bytes` bytes, or the first
+    of them has waited `flush_ms`; while one commit is written the next group gathers. Above `buffer_bytes` waiting,
+    new requests are refused (HTTP 429) until the buffer drains."""
+
+    flush_rows: int = 100_000
+    flush_bytes: int = 16 * 1024 * 1024
+    flush_ms: int = 50
+    buffer_bytes: int = 256 * 1024 * 1024
+    poll_ms: int = 1000  # how often the continuous materializer looks for commits made by other writers
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,7 @@ class ProjectConfig:
     environment: str | None = None
     tokens: Mapping[str, str] = field(default_factory=dict)
     retention_hours: float = 168.0  # how long `optimize` keeps files no longer in a table (Delta VACUUM)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
 
     @property
     def warehouse_uri(self) -> str:
@@ -162,7 +178,28 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
         environment=env,
         tokens={str(k): str(v) for k, v in (data.get("tokens") or {}).items()},
         retention_hours=_retention(data.get("retention_hours"), path),
+        ingest=_ingest(data.get("ingest")),
     )
+
+
+def _ingest(value: Any) -> IngestSettings:
+    if value is None:
+        return IngestSettings()
+    known = IngestSettings.__dataclass_fields__
+    example = "Write e.g. `ingest: {flush_rows: 100000, flush_bytes: 16777216, flush_ms: 50, buffer_bytes: 268435456}`."
+    if not isinstance(value, Mapping):
+        raise PipeframeError("PF002", "`ingest` must be a mapping of settings.", example, Location(CONFIG_FILE))
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise PipeframeError("PF002", f"Unknown ingest setting {', '.join(map(str, unknown))}.",
+                             f"Use only: {', '.join(known)}.", Location(CONFIG_FILE))
+    settings = {}
+    for key, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+            raise PipeframeError("PF002", f"`ingest.{key}` must be a positive whole number, not `{number}`.",
+                                 example, Location(CONFIG_FILE))
+        settings[key] = number
+    return IngestSettings(**settings)
 
 
 def _retention(value: Any, path: Path) -> float:

@@ -16,9 +16,13 @@ from pipeframe.config import ProjectConfig, load_config
 from pipeframe.errors import Diagnostic, Location, PipeframeError
 
 if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import pipeframe` stays cheap
+    import threading
+
     from pipeframe.compiler.compile import CompiledProject
+    from pipeframe.datafiles.model import Datasource
     from pipeframe.endpoints import EndpointResult, Endpoints
     from pipeframe.engine.deploy import DeployResult
+    from pipeframe.engine.groupcommit import GroupCommitter
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.lifecycle import ViewStatus
     from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
@@ -26,7 +30,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.engine.session import SparkSession
     from pipeframe.engine.warehouse import Deployment, Warehouse
     from pipeframe.plan.diff import Change, Plan
-    from pipeframe.plan.snapshot import DeployedSnapshot
+    from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 
 
 @dataclass(frozen=True)
@@ -342,13 +346,46 @@ class Project:
         return Materializer(self.spark, self.warehouse, self.snapshot, on_step=on_step, on_progress=on_progress)
 
     def append(self, name: str, data: object, format: str | None = None,
-               on_step: Callable[[str], None] | None = None) -> IngestResult:
-        """Append rows to a landing datasource and flow them through its views.
+               on_step: Callable[[str], None] | None = None, idempotency_key: str | None = None,
+               views: bool = True) -> IngestResult:
+        """Append rows to a landing datasource and flow them through its views (unless `views` is False: then the
+        continuous materializer of a `serve`/`run`, or the next `refresh`, applies them).
 
         `data` is a file path (NDJSON, CSV or Parquet; `format` overrides the extension), a Spark or pandas
-        DataFrame, or a list of dicts or of NDJSON lines (read like NDJSON events). Rows that do not fit the schema go to
-        `<name>_quarantine`; the result counts both."""
-        return self._ingest(name, data, format, "append", None, on_step)
+        DataFrame, or a list of dicts or of NDJSON lines (read like NDJSON events). Lists appended from several
+        threads at once share one Delta commit (group commit). Rows that do not fit the schema go to
+        `<name>_quarantine`; the result counts both. With `idempotency_key`, a key this datasource has committed
+        already lands nothing and answers what it landed then (`replayed`)."""
+        if isinstance(data, list | tuple):
+            from pipeframe.engine.ingest import ndjson_lines
+
+            self._known_landing(name)
+            result = self.committer.append(name, ndjson_lines(data), idempotency_key)
+            return self._apply_views(name, result, on_step, views)
+        return self._ingest(name, data, format, "append", None, on_step, key=idempotency_key, views=views)
+
+    @cached_property
+    def committer(self) -> GroupCommitter:
+        """The group commits of this project's appends of rows held in memory (see `engine.groupcommit`)."""
+        from pipeframe.engine.groupcommit import GroupCommitter
+
+        return GroupCommitter(self.spark, self.warehouse, self.landing_target, self.config.ingest)
+
+    def landing_target(self, name: str) -> tuple[DeployedResource, Datasource]:
+        """A landing datasource's deployed table and its definition (as its file defines it), for writing rows."""
+        self._known_landing(name)
+        table = self._landing(self.materializer(), name)
+        return table, self._definition(name, table.state.columns)
+
+    def _apply_views(self, name: str, result: IngestResult, on_step: Callable[[str], None] | None,
+                     views: bool, full: bool = False) -> IngestResult:
+        from dataclasses import replace
+
+        materializer = self.materializer(on_step=on_step)
+        materializer.on_step("source committed")
+        if not views or result.replayed:
+            return result
+        return replace(result, views=tuple(materializer.refresh(materializer.downstream([name]), full=full)))
 
     def load_fixtures(self, on_step: Callable[[str], None] | None = None,
                       reload: set[str] | frozenset[str] = frozenset()) -> list[IngestResult]:
@@ -396,25 +433,25 @@ class Project:
         return self.delete(name, None)
 
     def _ingest(self, name: str, data: object, format: str | None, mode: str, where: str | None,
-                on_step: Callable[[str], None] | None, metadata: dict | None = None) -> IngestResult:
+                on_step: Callable[[str], None] | None, metadata: dict | None = None, key: str | None = None,
+                views: bool = True) -> IngestResult:
         from dataclasses import replace
 
+        from pipeframe.engine.groupcommit import committed_keys
         from pipeframe.engine.ingest import Ingestor, conform_data, detect_format, read_file
 
         self._known_landing(name)
         self._check_input(data, format)
-        materializer = self.materializer(on_step=on_step)
-        table = self._landing(materializer, name)
-        definition = self._definition(name, table.state.columns)
+        table, definition = self.landing_target(name)
+        if key is not None and (known := committed_keys(self.spark, table.path or "").get(key)):
+            return replace(known, datasource=name)
         if isinstance(data, str | os.PathLike):
             path = str(data)
             batch = read_file(self.spark, path, detect_format(path, format), definition)
         else:
             batch = conform_data(self.spark, data, definition)
-        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where, metadata)
-        materializer.on_step("source committed")
-        views = materializer.refresh(materializer.downstream([name]), full=mode == "overwrite")
-        return replace(result, views=tuple(views))
+        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where, metadata, key)
+        return self._apply_views(name, result, on_step, views, full=mode == "overwrite")
 
     def _landing(self, materializer: Materializer, name: str):
         table = materializer.table(name)
@@ -448,6 +485,35 @@ class Project:
             found = materializer.resolve(view)
             views = [found, *materializer.downstream([found.state.name])]
         return materializer.refresh(views, full=full)
+
+    def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
+               on_error: Callable[[Exception], None] | None = None) -> None:
+        """Keep every view in step with its sources until `stop` is set (`pipeframe refresh --follow`): the
+        continuous materializer's rounds, run in this thread, every `ingest.poll_ms`. Deploys made meanwhile by
+        other processes are followed; a round that fails is reported to `on_error` and the next one tries again."""
+        from pipeframe.engine.continuous import ContinuousMaterializer
+
+        seen = [self.deployed_version()]
+
+        def current() -> Materializer:
+            version = self.deployed_version()
+            if version != seen[0]:
+                seen[0] = version
+                self.warehouse.snapshot(fresh=True)
+            return self.materializer()
+
+        loop = ContinuousMaterializer(current, self.config.ingest.poll_ms)
+        while not stop.is_set():
+            try:
+                results = loop.run_round()
+            except Exception as exc:  # e.g. a table dropped by a deploy under way: the next round tries again
+                if on_error is None:
+                    raise
+                on_error(exc)
+                results = []
+            if on_round is not None and results:
+                on_round(results)
+            stop.wait(loop.poll)
 
     def populate(self, pipe: str, truncate: bool = False, where: str | None = None, chunk_by: str | None = None,
                  chunk_rows: int | None = None, on_progress: Callable[[BackfillProgress], None] | None = None,

@@ -51,17 +51,30 @@ def print_diagnostic(d: Diagnostic) -> None:
 
 
 def run(action: Callable[[], int | None]) -> None:
-    """Run a command body: PipeframeErrors print as diagnostics (exit 1), never as tracebacks."""
+    """Run a command body: PipeframeErrors print as diagnostics (exit 1), never as tracebacks. Output piped into
+    a reader that stops early (`pipeframe check | head -1`) ends the command quietly, as Unix tools do."""
     try:
-        code = action()
+        code = _run(action)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader is gone: point stdout at devnull so Python's own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
+    sys.exit(code)
+
+
+def _run(action: Callable[[], int | None]) -> int:
+    try:
+        return action() or 0
     except PipeframeError as err:
         for d in err.diagnostics:
             print_diagnostic(d)
-        sys.exit(err.exit_code)
+        return err.exit_code
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
-    except click.exceptions.Exit:
+        return 130
+    except (click.exceptions.Exit, BrokenPipeError):
         raise
     except Exception as exc:
         if os.environ.get("PIPEFRAME_DEBUG"):
@@ -69,8 +82,7 @@ def run(action: Callable[[], int | None]) -> None:
         click.echo(f"PF999 internal error: {type(exc).__name__}: {exc}", err=True)
         click.echo("    fix: this is a pipeframe bug; rerun with PIPEFRAME_DEBUG=1 and report the traceback.",
                    err=True)
-        sys.exit(70)
-    sys.exit(code or 0)
+        return 70
 
 
 def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -39,6 +39,10 @@ def _ingest_command(action, file: str, fmt: str | None) -> int:
 
 
 def _print_ingest(result) -> int:
+    if result.replayed:
+        click.echo(f"{result.datasource}: already landed with this idempotency key at version {result.version} "
+                   f"({result.accepted} row(s) accepted, {result.quarantined} quarantined); nothing written")
+        return 0
     line = f"{result.datasource}: {result.accepted} row(s) accepted (version {result.version})"
     if result.quarantined:
         click.echo(line + ", " + click.style(f"{result.quarantined} quarantined", fg="yellow", bold=True)
@@ -58,8 +62,13 @@ def _print_ingest(result) -> int:
 @FORMAT_OPTION
 @click.option("--fixtures", is_flag=True,
               help="Append every fixtures/<datasource>.<ext> file instead (each file's contents only once).")
+@click.option("--idempotency-key", "key", default=None, metavar="KEY",
+              help="Land the rows once: run again with the same KEY (a retry) and nothing is written twice.")
+@click.option("--no-views", "no_views", is_flag=True,
+              help="Only commit the rows; a running `pipeframe serve` or `refresh --follow` (or the next "
+                   "`refresh`) applies them to the views.")
 def append(datasource: str | None, file: str | None, project_dir: str, env: str | None, fmt: str | None,
-           fixtures: bool) -> None:
+           fixtures: bool, key: str | None, no_views: bool) -> None:
     """Append the rows of FILE (NDJSON, CSV or Parquet; `-` reads stdin) to DATASOURCE.
 
     NDJSON fields are read through the columns' `json:` paths, CSV and Parquet columns by name. Rows that do
@@ -72,15 +81,17 @@ def append(datasource: str | None, file: str | None, project_dir: str, env: str 
       pipeframe append sales fixtures/sales.ndjson -p example_project
       cat events.csv | pipeframe append sales - --format csv
       pipeframe append --fixtures -p example_project
+      pipeframe append sales batch-0042.ndjson --idempotency-key batch-0042
     """
     if fixtures:
-        if datasource or file:
-            raise click.UsageError("--fixtures takes no DATASOURCE or FILE.")
+        if datasource or file or key:
+            raise click.UsageError("--fixtures takes no DATASOURCE, FILE or --idempotency-key.")
         run(lambda: _load_fixtures(load_project(project_dir, env)))
         return
     if not datasource or not file:
         raise click.UsageError("Give a DATASOURCE and a FILE (or `-` for stdin), or --fixtures.")
-    run(lambda: _ingest_command(lambda path: load_project(project_dir, env).append(datasource, path, fmt), file, fmt))
+    run(lambda: _ingest_command(lambda path: load_project(project_dir, env).append(
+        datasource, path, fmt, idempotency_key=key, views=not no_views), file, fmt))
 
 
 def _load_fixtures(project) -> int:

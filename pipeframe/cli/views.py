@@ -18,7 +18,9 @@ from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, print
 @PROJECT_OPTION
 @ENV_OPTION
 @click.option("--full", is_flag=True, help="Rebuild from the source instead of applying new commits.")
-def refresh(view: str | None, project_dir: str, env: str | None, full: bool) -> None:
+@click.option("--follow", is_flag=True,
+              help="Keep running: apply new source commits as they come (every ingest.poll_ms) until Ctrl-C.")
+def refresh(view: str | None, project_dir: str, env: str | None, full: bool, follow: bool) -> None:
     """Apply the source commits that views have not processed yet (all views, or VIEW and its downstream).
 
     Picks up rows written to a source by other Spark jobs and repairs an ingest that was interrupted. A
@@ -29,8 +31,33 @@ def refresh(view: str | None, project_dir: str, env: str | None, full: bool) -> 
     Examples:
       pipeframe refresh -p example_project
       pipeframe refresh sales_by_hour --full
+      pipeframe refresh --follow -p example_project   # the continuous materializer, without the HTTP server
     """
+    if follow:
+        if view or full:
+            raise click.UsageError("--follow keeps every view up to date: it takes no VIEW and no --full.")
+        run(lambda: _follow(load_project(project_dir, env)))
+        return
     run(lambda: print_refreshes(load_project(project_dir, env).refresh(view, full)))
+
+
+def _follow(project) -> int:
+    import signal
+    import threading
+
+    from pipeframe.sqltext import first_line
+
+    project.require_valid()
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # stop after the round under way, never inside a commit
+        signal.signal(signum, lambda *_: stop.set())
+    click.echo(f"Following {project.config.name}: views apply new source commits as they come (Ctrl-C to stop)")
+    def failed(exc: Exception) -> None:
+        click.secho(f"warning: a round failed ({first_line(exc)}); the next one tries again", fg="yellow", err=True)
+
+    project.follow(stop, lambda results: print_refreshes([r for r in results if r.outcome != "up to date"]), failed)
+    click.echo("stopped")
+    return 0
 
 
 @click.command()
@@ -165,12 +192,13 @@ def _print_status(statuses) -> None:
     from rich.table import Table
 
     colors = {"active": "green", "paused": "yellow", "stale": "yellow", "error": "red"}
-    table = Table("view", "status", "rows", "files", "size", "source (version)", "applied", "lag",
+    table = Table("view", "status", "rows", "files", "size", "source (version)", "applied", "lag", "rows/s",
                   "last refresh (UTC)")
     for s in statuses:
-        lag = "" if s.lag_versions is None else f"{s.lag_versions} v / {s.lag_seconds or 0:.0f} s"
+        lag = "" if s.lag_versions is None else f"{s.lag_versions} v / {s.lag_ms or 0:,.0f} ms"
         table.add_row(s.name, f"[{colors.get(s.status, 'cyan')}]{s.status}[/]", f"{s.rows:,}", str(s.files),
                       _size(s.bytes), f"{s.source} ({s.source_version})", str(s.applied_version), lag,
+                      f"{s.rows_per_second:,.0f}",
                       f"{s.last_refresh:%Y-%m-%d %H:%M:%S}" if s.last_refresh else "")
     console = rich_console()
     console.print(table)

@@ -101,7 +101,7 @@ VARIANCE_TYPE = _const("STRUCT<n: BIGINT, mean: DOUBLE, m2: DOUBLE>")
 STATES: tuple[AggregateState, ...] = (
     AggregateState("count", ("count",), ("count",), "count({x})", "sum({c})", "sum({c})", _const("BIGINT"),
                    arity=0, rollup=("sum",)),
-    AggregateState("count_if", ("count_if",), (), "count_if({x})", "sum({c})", "sum({c})", _const("BIGINT"),
+    AggregateState("count_if", ("count_if",), ("countIf",), "count_if({x})", "sum({c})", "sum({c})", _const("BIGINT"),
                    rollup=("sum",)),
     AggregateState("sum", ("sum",), ("sum",), "sum({x})", "sum({c})", "sum({c})", _sum_type, rollup=("sum",)),
     AggregateState("min", ("min",), ("min",), "min({x})", "min({c})", "min({c})", _same, rollup=("min",)),
@@ -180,7 +180,9 @@ def split_clickhouse_name(name: str) -> tuple[AggregateState, str] | None:
     """`uniqState` → (uniq, 'State'); `sumMergeState` → (sum, 'MergeState'); `countStateIf` → (count, 'StateIf');
     a plain ClickHouse aggregate Spark does not have, `uniqExact` → (uniq_exact, 'Plain')."""
     lowered = name.lower()
-    if lowered in BY_CLICKHOUSE_NAME and lowered not in ALL_AGGREGATES:
+    # countIf(c) stays count's If form; countIfState(c) / countIfMerge(s) are count_if's State and Merge.
+    if_form = lowered.endswith("if") and lowered[:-2] in BY_CLICKHOUSE_NAME
+    if lowered in BY_CLICKHOUSE_NAME and lowered not in ALL_AGGREGATES and not if_form:
         return BY_CLICKHOUSE_NAME[lowered], "Plain"
     for suffix in ("mergestate", "stateif", "state", "merge", "if"):
         if lowered.endswith(suffix) and lowered[: -len(suffix)] in BY_CLICKHOUSE_NAME:

@@ -115,6 +115,7 @@ class CompiledPipe:
 
     def render(self, params: Mapping[str, Any]) -> str:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
+        from pipeframe.compiler.clickhouse import json_paths
         from pipeframe.compiler.limits import check_limit_values
         from pipeframe.compiler.sql import parse_select, to_sql
         from pipeframe.templating import render
@@ -130,7 +131,7 @@ class CompiledPipe:
                 node = pipe.definition.node(name)
                 assert node is not None
                 text = render(node.sql, params, variables=pipe.variables, location=node.sql_location)
-                trees.append((name, parse_select(text, node.sql_location)))
+                trees.append((name, json_paths(parse_select(text, node.sql_location), pipe.trees.json_columns)))
             return trees
 
         statement = self._statement(len(self.trees) - 1, rendered)  # type errors first, as each node renders
@@ -209,6 +210,7 @@ class NodeScan:
     sql: str
     parameters: tuple[Parameter, ...]
     tables: tuple[tuple[str, Location], ...]
+    json_columns: frozenset[str] = frozenset()  # JSON columns of the datasources it reads (paths translated)
 
 
 class CompileMemo(Protocol):
@@ -249,10 +251,14 @@ class Compiler:
         self.datasources: dict[str, CompiledDatasource] = {}
         self.pipes: dict[str, CompiledPipe] = {}
         self.unresolved: list[UnresolvedRead] = []
+        # Datasource -> its ClickHouse JSON columns (stored as STRING; paths into them read as JSON).
+        self.json_columns = {d.name: tuple(c.name for c in d.columns if c.written_type.upper().startswith("JSON"))
+                             for d in resources.datasources}
+        self.json_columns = {name: cols for name, cols in self.json_columns.items() if cols}
 
     # ------------------------------------------------------------------------------------------ driver
     def compile(self) -> CompiledProject:
-        targets = self._targets()
+        targets = self.targets = self._targets()
         self.known_names = set(self.datasource_defs) | set(self.pipe_defs) | set(targets)
         for pipe in self.resources.pipes:
             if pipe.name in self.datasource_defs and targets.get(pipe.name) != pipe.name:
@@ -361,9 +367,11 @@ class Compiler:
     def _scan_pipe(self, pipe: Pipe) -> tuple[NodeScan | tuple[Diagnostic, ...], ...]:
         """Each node rendered and parsed (or its problems), stopping after the output node; the same for the
         same pipe definition and project vars."""
-        return self._memo("scan", pipe.name, (self._source(pipe), self.variables), lambda: tuple(self._scan(pipe)))
+        return self._memo("scan", pipe.name, (self._source(pipe), self.variables, self.json_columns),
+                          lambda: tuple(self._scan(pipe)))
 
     def _scan(self, pipe: Pipe) -> Iterator[NodeScan | tuple[Diagnostic, ...]]:
+        from pipeframe.compiler.clickhouse import json_paths
         from pipeframe.compiler.sql import locate, parse_select, table_names
         from pipeframe.templating import analyze
 
@@ -375,9 +383,11 @@ class Compiler:
             except PipeframeError as err:
                 yield tuple(err.diagnostics)
                 continue
-            self.parsed[(pipe.name, node.name)] = tree
+            tables = table_names(tree)
+            json = frozenset(c for t in tables for c in self.json_columns.get(t.name, ()))
+            self.parsed[(pipe.name, node.name)] = tree = json_paths(tree, json)
             yield NodeScan(analysis.sql, analysis.parameters, tuple(
-                (table.name, locate(table, analysis.sql, node.sql_location)) for table in table_names(tree)))
+                (table.name, locate(table, analysis.sql, node.sql_location)) for table in tables), json)
             if node is output:
                 break
 
@@ -389,8 +399,11 @@ class Compiler:
         scan = self.scans[(pipe.name, node.name)]
         tree = self.parsed.get((pipe.name, node.name))
         if tree is None:
-            tree = self.parsed[(pipe.name, node.name)] = parse_select(scan.sql, node.sql_location)
-        return NodeTree(node, tree, scan.sql, node.sql_location)
+            from pipeframe.compiler.clickhouse import json_paths
+
+            tree = json_paths(parse_select(scan.sql, node.sql_location), scan.json_columns)
+            self.parsed[(pipe.name, node.name)] = tree
+        return NodeTree(node, tree, scan.sql, node.sql_location, scan.json_columns)
 
     # ------------------------------------------------------------------------------------------ memo
     def _memo(self, kind: str, name: str, inputs: object, step: Callable[[], _T]) -> _T:
@@ -416,6 +429,18 @@ class Compiler:
             return None
         return (self.memo.source_key(resource.path) if self.memo else None) or fingerprint(resource)
 
+    def _upstream_key(self, name: str, depth: int = 0) -> list:
+        """What a pipe's view plan reads through the pipes it reads: their definitions and their tables' columns."""
+        if depth > 8:
+            return []
+        key = []
+        for other in sorted(self.reads.get(name, [])):
+            if other in self.pipe_defs and other not in self.datasource_defs:
+                key.append((other, self._source(self.pipe_defs[other]),
+                            [(n, self._columns_key(n)) for n in sorted(self.reads.get(other, []))],
+                            self._upstream_key(other, depth + 1)))
+        return key
+
     def _columns_key(self, name: str) -> str | None:
         compiled = self.datasources.get(name)
         return fingerprint(compiled.columns) if compiled else None
@@ -439,7 +464,9 @@ class Compiler:
         if ds.name in self.datasources:
             return
         compiled = self._memo("datasource", ds.name, self._source(ds), lambda: self._landing(ds))
-        self.datasources[ds.name] = compiled if compiled.definition is ds else replace(compiled, definition=ds)
+        definition = spark_keys(ds)
+        self.datasources[ds.name] = compiled if compiled.definition is definition else \
+            replace(compiled, definition=definition)
 
     def _landing(self, ds: Datasource) -> CompiledDatasource:
         columns = []
@@ -495,17 +522,16 @@ class Compiler:
                     star.append((col.name, col.type))
         return scope, star
 
-    def _node_scope(self, pipe: Pipe, base_scope: dict[str, str | None], upto: int) -> dict[str, str | None]:
-        """Add the outputs of earlier nodes (as `node.col` and bare names) to a scope."""
+    @staticmethod
+    def _trees_scope(base_scope: dict[str, str | None], trees: list[NodeTree]) -> dict[str, str | None]:
+        """Add the outputs of `trees` (earlier nodes, as `node.col` and bare names) to a scope."""
         from sqlglot import exp
 
         from pipeframe.compiler.infer import infer
 
         scope = dict(base_scope)
-        for node in pipe.nodes[:upto]:
-            if (pipe.name, node.name) not in self.scans:
-                continue
-            nt = self._node_tree(pipe, node)
+        for nt in trees:
+            node = nt.node
             if not isinstance(nt.tree, exp.Select):
                 continue
             node_scope = dict(scope)
@@ -543,19 +569,51 @@ class Compiler:
             # Everything the verdict and plan read: the pipe, the vars, its parameters, the columns of every table
             # it names and the declared target. A changed upstream schema changes the key.
             inputs = (self._source(pipe), self.variables, parameters, self._source(declared),
-                      [(name, self._columns_key(name)) for name in sorted({n for s in scans for n, _ in s.tables})])
+                      [(name, self._columns_key(name)) for name in sorted({n for s in scans for n, _ in s.tables})],
+                      self._upstream_key(pipe.name))
             view, written = self._memo("view", pipe.name, inputs, lambda: self._compile_view(pipe, nodes, parameters))
             if written is not None:  # a kept view carries an equal copy of the declared target: use this run's
-                self.datasources[target] = written if written.definition is declared else \
-                    replace(written, definition=declared)  # type: ignore[index]
+                definition = spark_keys(declared) if declared is not None else None
+                self.datasources[target] = written if written.definition is definition else \
+                    replace(written, definition=definition)  # type: ignore[index]
         elif output.type == "copy":
             target = output.target_datasource
+        tables = sorted({n for s in scans for n, _ in s.tables})
+        self._memo("columns", pipe.name, (self._source(pipe), self.variables,
+                                          [(name, self._columns_key(name)) for name in tables]),
+                   lambda: self._check_columns(pipe, nodes))
         parsed = [self.parsed.get((pipe.name, node.name)) for node in nodes]
         trees = ParsedNodes(tuple((node.name, scan.sql, node.sql_location) for node, scan in zip(nodes, scans)),
-                            None if None in parsed else parsed)  # type: ignore[arg-type]
+                            None if None in parsed else parsed,  # type: ignore[arg-type]
+                            frozenset().union(*(scan.json_columns for scan in scans)))
+        # A pipe without TYPE publishes its last node, as in Tinybird Classic.
         self.pipes[pipe.name] = CompiledPipe(
-            pipe.name, pipe, output.type, tuple(self.reads.get(pipe.name, [])), parameters, templated,
+            pipe.name, pipe, output.type or "endpoint", tuple(self.reads.get(pipe.name, [])), parameters, templated,
             trees, upstream, view, target, self.variables)
+
+    def _check_columns(self, pipe: Pipe, nodes: list[Node]) -> None:
+        """PF310: `alias.column` where the datasource, earlier node or subquery `alias` names has no such column."""
+        from sqlglot import exp
+
+        from pipeframe.compiler.columns import unknown_columns
+        from pipeframe.compiler.sql import locate
+
+        known: dict[str, tuple[str, ...] | None] = {
+            name: tuple(c.name for c in ds.columns) for name, ds in self.datasources.items()}
+        for node in nodes:
+            nt = self._node_tree(pipe, node)
+            for unknown in unknown_columns(nt.tree, known):
+                hint = f"Did you mean `{unknown.source}.{unknown.close}`?" if unknown.close else \
+                    f"Use a column {unknown.relation} has."
+                self.sink.error("PF310", f"`{unknown.source}.{unknown.node.name}`: {unknown.relation} has no column "
+                                f"`{unknown.node.name}`.", hint,
+                                locate(unknown.node, nt.sql, nt.base, f"{unknown.source}.{unknown.node.name}"))
+            tree = nt.tree
+            outputs = None
+            if isinstance(tree, exp.Select) and not any(isinstance(p, exp.Star) or (
+                    isinstance(p, exp.Column) and isinstance(p.this, exp.Star)) for p in tree.expressions):
+                outputs = tuple(tree.named_selects)
+            known[node.name] = outputs
 
     def _parameters(self, pipe: Pipe) -> tuple[Parameter, ...]:
         params: dict[str, Parameter] = {}
@@ -574,10 +632,15 @@ class Compiler:
                       ) -> tuple[CompiledView, CompiledDatasource | None]:
         """The verdict and plan of a materialized pipe, and its target as the plan writes it (None if rejected)."""
         from pipeframe.compiler.incremental import ViewContext, check_view
-        from pipeframe.compiler.sql import table_names
+        from pipeframe.compiler.sql import locate, table_names
         from pipeframe.compiler.states import plan_view
 
         node_trees = [self._node_tree(pipe, node) for node in nodes]
+        inlined = self._inline_trigger_pipe(node_trees)
+        if inlined:  # the inlined pipe runs without a request: its parameters are not this pipe's
+            own = {param.name for node in nodes for param in self.scans[(pipe.name, node.name)].parameters}
+            parameters = tuple(param for param in parameters if param.name in own)
+        node_trees = inlined + node_trees
         output = node_trees[-1].node
         target = output.datasource or ""
         for param in parameters:
@@ -592,12 +655,19 @@ class Compiler:
         ctx = ViewContext(pipe, node_trees, target, trigger, [t for t in tables if t[0] != trigger],
                           {k: v for k, v in upstream_states.items() if v is not None}, trigger)
         problems = check_view(ctx)
+        if trigger is not None and self._ref(trigger, self.targets).kind == "pipe" and trigger in self.pipe_defs:
+            where = locate(tables[0][2], tables[0][1].sql, tables[0][1].base)
+            problems.append(Diagnostic(
+                "PF416", f"The materialized pipe reads pipe `{trigger}`, which cannot run on each block of new "
+                "rows (only an endpoint pipe that needs no request parameter can).", f"Copy the nodes of "
+                f"`{trigger}` into this pipe so that it reads the datasource, or materialize from the datasource "
+                "directly.", where))
         self.sink.extend(problems)
         rejected = any(p.is_error for p in problems)
         plan = None
         if not rejected and not parameters:
             base_scope, star = self._scope([t[0] for t in tables])
-            scope = self._node_scope(pipe, base_scope, len(node_trees) - 1)
+            scope = self._trees_scope(base_scope, node_trees[:-1])
             try:
                 plan = plan_view(ctx, scope, star)
             except PipeframeError as err:
@@ -608,6 +678,61 @@ class Compiler:
         verdict = Verdict(status, plan.rewrites if plan else (), tuple(problems))  # type: ignore[arg-type]
         dims = tuple(dict.fromkeys(d for nt in node_trees for d in nt.node.dimensions))
         return CompiledView(pipe.name, target, trigger, dims, verdict, plan), written
+
+    def _trigger_pipe(self, node_trees: list[NodeTree]) -> CompiledPipe | None:
+        """The pipe a materialized pipe's first table names, when it is a compiled pipe whose nodes can run on each
+        block of new rows in its place: not materialized, not a copy, without request parameters."""
+        from pipeframe.compiler.sql import table_names
+
+        names = {nt.node.name for nt in node_trees}
+        first = next((t.name for nt in node_trees for t in table_names(nt.tree) if t.name not in names), None)
+        if first is None or first in self.datasource_defs or first in self.targets:
+            return None
+        upstream = self.pipes.get(first)
+        if upstream is None or upstream.type != "endpoint" or upstream.target:
+            return None
+        return upstream
+
+    def _unrequested_trees(self, upstream: CompiledPipe) -> list[NodeTree] | None:
+        """The nodes of a pipe as they run with no request (what Tinybird materializes: `{% if defined(x) %}`
+        filters are left out); None when a node needs a parameter."""
+        from pipeframe.compiler.clickhouse import json_paths
+        from pipeframe.compiler.incremental import NodeTree
+        from pipeframe.compiler.sql import parse_select
+        from pipeframe.templating import render
+
+        if not upstream.templated:
+            return [self._node_tree(upstream.definition, upstream.definition.node(name))  # type: ignore[arg-type]
+                    for name, _ in upstream.trees]
+        trees = []
+        for name, _ in upstream.trees:
+            node = upstream.definition.node(name)
+            assert node is not None
+            try:
+                text = render(node.sql, {}, variables=upstream.variables, location=node.sql_location)
+                tree = json_paths(parse_select(text, node.sql_location), upstream.trees.json_columns)
+            except PipeframeError:
+                return None
+            trees.append(NodeTree(node, tree, text, node.sql_location, upstream.trees.json_columns))
+        return trees
+
+    def _inline_trigger_pipe(self, node_trees: list[NodeTree], depth: int = 0) -> list[NodeTree]:
+        """A materialized pipe reading another pipe (`FROM analytics_hits`, an endpoint over `analytics_events`) is
+        triggered by that pipe's datasource, as in Tinybird: the pipe's nodes become earlier nodes of the view
+        (`analytics_hits__parsed_hits`, ..., its last one named `analytics_hits`), so that every rule and the state
+        SQL see what runs on each block of new rows."""
+        from pipeframe.compiler.sql import rename_tables
+
+        upstream = self._trigger_pipe(node_trees)
+        trees = self._unrequested_trees(upstream) if upstream is not None and depth <= 8 else None
+        if upstream is None or not trees:
+            return []
+        trees = self._inline_trigger_pipe(trees, depth + 1) + trees
+        own = trees[-len(upstream.trees):]
+        renames = {nt.node.name: f"{upstream.name}__{nt.node.name}" for nt in own[:-1]}
+        renames[own[-1].node.name] = upstream.name
+        return [*trees[:-len(own)], *(replace(nt, node=replace(nt.node, name=renames[nt.node.name]),
+                                              tree=rename_tables(nt.tree, renames)) for nt in own)]
 
     def _materialize_target(self, pipe: Pipe, target: str, plan: ViewPlan) -> CompiledDatasource:
         from pipeframe.compiler.types import is_safe_cast
@@ -650,7 +775,7 @@ class Compiler:
                                 f"Add `{name}` to the SELECT of {pipe.name} or remove it from {declared.path}.",
                                 decl.location if decl else declared.location)
         self._check_keys(declared, set(declared_names))
-        return CompiledDatasource(target, declared, tuple(columns), pipe.name)
+        return CompiledDatasource(target, spark_keys(declared), tuple(columns), pipe.name)
 
 
 def _state(column: ViewColumn):
@@ -670,6 +795,36 @@ def _key_columns(text: str) -> tuple[str, ...] | None:
     except PipeframeError:
         return None
     return tuple(column.name for column in tree.find_all(exp.Column))
+
+
+def spark_keys(ds: Datasource) -> Datasource:
+    """The datasource as deploy writes it: a partition key or TTL written in ClickHouse (`toYYYYMM(ts)`,
+    `toDateTime(ts) + toIntervalDay(90)`) as its Spark SQL translation; the same object when there is none."""
+    changes = {name: _spark_key(text) for name, text in (("partition_key", ds.partition_key), ("ttl", ds.ttl))
+               if text and _spark_key(text) != text}
+    return replace(ds, **changes) if changes else ds
+
+
+@lru_cache(maxsize=1024)
+def _spark_key(text: str) -> str:
+    """A key expression in Spark SQL; Spark SQL (and what cannot be read: `check` reports it) is kept as written."""
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    from pipeframe.compiler.clickhouse import looks_clickhouse
+    from pipeframe.compiler.sql import DIALECT, parse_select, to_sql
+
+    try:
+        if not looks_clickhouse(sqlglot.parse_one(f"SELECT {text}", read=DIALECT)):
+            return text
+    except (ParseError, TokenError):
+        pass
+    try:
+        tree = parse_select(f"SELECT {text}", Location("<key>"))
+    except PipeframeError:
+        return text
+    projections = tree.expressions if hasattr(tree, "expressions") else []
+    return to_sql(projections[0]) if len(projections) == 1 else text
 
 
 def compile_project(resources: Resources, variables: Mapping[str, Any] | None = None,

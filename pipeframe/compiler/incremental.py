@@ -28,6 +28,7 @@ class NodeTree:
     tree: exp.Query
     sql: str
     base: Location
+    json_columns: frozenset[str] = frozenset()  # read JSON columns whose paths the tree reads as JSON
 
 
 @dataclass
@@ -81,9 +82,10 @@ def order_by(ctx: ViewContext) -> None:
     for nt, node in _walk(ctx):
         if isinstance(node, exp.Order) and not isinstance(node.parent, exp.Window) \
                 and not node.find_ancestor(exp.Window):
-            ctx.report("PF402", "ORDER BY has no meaning in a materialized pipe: rows are appended block by block.",
-                       "Remove ORDER BY; sort when reading, in an endpoint. For sorted storage use "
-                       "ENGINE_SORTING_KEY on the target.", nt, node, "order by")
+            ctx.report("PF402", "ORDER BY has no meaning in a materialized pipe (rows are appended block by block): "
+                       "it is dropped from the view's query.", "Remove ORDER BY; sort when reading, in an endpoint. "
+                       "For sorted storage use ENGINE_SORTING_KEY on the target.", nt, node, "order by",
+                       severity="warning")
             return
 
 

@@ -12,7 +12,7 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
-from pipeframe.errors import Location, PipeframeError
+from pipeframe.errors import Diagnostic, Location, PipeframeError
 
 # One dialect instance: passing the name makes sqlglot look it up and build a new one on every call.
 DIALECT = Dialect.get_or_raise("spark")
@@ -51,23 +51,62 @@ def position(sql: str, offset: int, base: Location) -> Location:
 
 
 def parse_select(sql: str, base: Location) -> exp.Expression:
-    """Parse one SQL statement; raises PipeframeError PF303 located at the offending token."""
+    """Parse one SQL statement as Spark SQL, or as ClickHouse SQL translated to Spark (compiler/clickhouse.py) when
+    Spark cannot read it or it shows ClickHouse; raises PipeframeError PF303 (syntax) or PF309 (no translation)
+    located at the offending token."""
+    from pipeframe.compiler.clickhouse import (
+        distinct_ifs,
+        from_clickhouse,
+        looks_clickhouse,
+        select_aliases,
+        spark_intervals,
+        translate_calls,
+        unknown_functions,
+    )
+
     text = preprocess(sql)
+    spark_error: ParseError | None = None
+    tree: exp.Expression | None = None
     try:
-        statements = sqlglot.parse(text, read=DIALECT)
+        tree = _one_query(sqlglot.parse(text, read=DIALECT), base)
     except ParseError as exc:
-        err = exc.errors[0] if exc.errors else {}
-        line, col = err.get("line") or 1, err.get("col") or 1
-        desc = (err.get("description") or str(exc)).split("\n")[0]
-        raise PipeframeError("PF303", f"SQL syntax error: {desc.rstrip('.')}.",
-                             "Fix the SQL near this position (Spark SQL syntax).",
-                             Location(base.path, base.line + line - 1, base.col + max(col - 1, 0))) from None
+        spark_error = exc
     except TokenError as exc:
         raise PipeframeError("PF303", f"SQL cannot be tokenized: {str(exc).splitlines()[0]}.",
                              "Check for an unclosed quote or comment.", base) from None
     except (RecursionError, ValueError) as exc:  # pathological input
         raise PipeframeError("PF303", f"SQL cannot be parsed: {type(exc).__name__}.",
                              "Simplify the query.", base) from None
+    if tree is not None and not looks_clickhouse(tree):
+        tree = spark_intervals(distinct_ifs(select_aliases(tree, [], spark_read=True), []))
+        problems = unknown_functions(tree)
+    else:
+        try:
+            translated, problems = from_clickhouse(text)
+        except (ParseError, TokenError, RecursionError, ValueError):
+            if spark_error is not None:
+                raise _syntax_error(spark_error, base) from None
+            # Spark read it but ClickHouse cannot: translate its calls on the Spark reading.
+            problems = []
+            translated = translate_calls(tree, problems)  # type: ignore[arg-type]
+            problems.extend(unknown_functions(translated))
+        tree = _one_query([translated], base)
+    if problems:
+        raise PipeframeError.many(Diagnostic("PF309", p.message, p.hint, locate(
+            p.node, sql, base, None if "line" in (p.node.meta or {}) else p.keyword)) for p in problems)
+    return tree
+
+
+def _syntax_error(exc: ParseError, base: Location) -> PipeframeError:
+    err = exc.errors[0] if exc.errors else {}
+    line, col = err.get("line") or 1, err.get("col") or 1
+    desc = (err.get("description") or str(exc)).split("\n")[0]
+    return PipeframeError("PF303", f"SQL syntax error: {desc.rstrip('.')}.",
+                          "Fix the SQL near this position (Spark SQL syntax).",
+                          Location(base.path, base.line + line - 1, base.col + max(col - 1, 0)))
+
+
+def _one_query(statements: list, base: Location) -> exp.Expression:
     statements = [s for s in statements if s is not None]
     if len(statements) != 1:
         raise PipeframeError("PF303", f"A node must hold exactly one SQL statement, found {len(statements)}.",

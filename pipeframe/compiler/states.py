@@ -132,7 +132,8 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
             rewrites.append(note)
         columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))
 
-    nodes = ParsedNodes(tuple((nt.node.name, nt.sql, nt.base) for nt in ctx.nodes), [nt.tree for nt in ctx.nodes])
+    nodes = ParsedNodes(tuple((nt.node.name, nt.sql, nt.base) for nt in ctx.nodes), [nt.tree for nt in ctx.nodes],
+                        frozenset().union(*(nt.json_columns for nt in ctx.nodes)))
     select = StateSelect(nodes, tuple(replacements.items()), distinct_to_group, ctx.trigger)
     return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, select)
 
@@ -150,6 +151,8 @@ def build_state_sql(select: StateSelect) -> str:
         projection = new_tree.expressions[index]
         projection.replace(exp.alias_(sqlglot.parse_one(sql, read=DIALECT), projection.alias_or_name, quoted=True))
     assembled = inline(earlier, new_tree)
+    for query in assembled.find_all(exp.Select, exp.SetOperation):  # ORDER BY means nothing here (PF402 warns)
+        query.set("order", None)
     if select.trigger:
         assembled = rename_tables(assembled, {select.trigger: BATCH_RELATION})
     return to_sql(assembled)

@@ -50,15 +50,19 @@ class ParsedNodes(Sequence["tuple[str, exp.Query]"]):
     """A pipe's nodes as (name, parsed query) pairs, parsed on first use. Pickling keeps only the SQL text and
     where it starts in the file, so nothing is parsed until a caller asks for a tree or for SQL."""
 
-    def __init__(self, texts: tuple[tuple[str, str, Location], ...], trees: Sequence[exp.Query] | None = None):
+    def __init__(self, texts: tuple[tuple[str, str, Location], ...], trees: Sequence[exp.Query] | None = None,
+                 json_columns: frozenset[str] = frozenset()):
         self.texts = texts  # (node name, analysis-mode SQL, where the SQL starts)
+        self.json_columns = json_columns  # JSON columns of the datasources read: paths into them are translated
         self._pairs = None if trees is None else [(name, tree) for (name, _, _), tree in zip(texts, trees)]
 
     def _parsed(self) -> list[tuple[str, exp.Query]]:
         if self._pairs is None:
+            from pipeframe.compiler.clickhouse import json_paths
             from pipeframe.compiler.sql import parse_select  # the texts parsed once already: this cannot fail
 
-            self._pairs = [(name, parse_select(sql, base)) for name, sql, base in self.texts]  # type: ignore[misc]
+            self._pairs = [(name, json_paths(parse_select(sql, base), self.json_columns))  # type: ignore[misc]
+                           for name, sql, base in self.texts]
         return self._pairs
 
     def __len__(self) -> int:
@@ -74,11 +78,11 @@ class ParsedNodes(Sequence["tuple[str, exp.Query]"]):
     def __iter__(self) -> Iterator[tuple[str, exp.Query]]:
         return iter(self._parsed())
 
-    def __getstate__(self) -> tuple[tuple[str, str, Location], ...]:
-        return self.texts
+    def __getstate__(self) -> tuple[tuple[tuple[str, str, Location], ...], frozenset[str]]:
+        return self.texts, self.json_columns
 
-    def __setstate__(self, texts: tuple[tuple[str, str, Location], ...]) -> None:
-        self.texts, self._pairs = texts, None
+    def __setstate__(self, state: tuple[tuple[tuple[str, str, Location], ...], frozenset[str]]) -> None:
+        (self.texts, self.json_columns), self._pairs = state, None
 
 
 @dataclass(frozen=True)

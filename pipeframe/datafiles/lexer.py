@@ -18,6 +18,23 @@ INDENT = "    "
 VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 KEYWORD_PATTERN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:[ \t]+(.*))?$")
 MAX_INCLUDE_DEPTH = 8
+# Every keyword a datafile line may start with.
+DATAFILE_KEYWORDS = frozenset({
+    "DESCRIPTION", "TOKEN", "SCHEMA", "ENGINE", "ENGINE_PARTITION_KEY", "ENGINE_SORTING_KEY", "ENGINE_TTL",
+    "ENGINE_SETTINGS", "ENGINE_PRIMARY_KEY", "ENGINE_VER", "ENGINE_SIGN", "ENGINE_VERSION", "ENGINE_IS_DELETED",
+    "FORWARD_QUERY", "BACKFILL", "TAGS", "INDEXES", "SHARED_WITH", "VERSION", "NODE", "SQL", "TYPE", "DATASOURCE",
+    "TARGET_DATASOURCE", "COPY_MODE", "COPY_SCHEDULE", "DIMENSIONS", "COUNT_DISTINCT", "INCLUDE",
+})
+# Connector settings (Kafka, S3, GCS, BigQuery/Snowflake imports, sinks): parsed, reported as not supported yet.
+CONNECTOR_PREFIXES = ("IMPORT_", "KAFKA_", "S3_", "GCS_", "EXPORT_")
+# Words that start a SQL line, never a datafile line: an unindented `ORDER BY ...` continues the query above it.
+SQL_WORDS = frozenset({
+    "SELECT", "FROM", "WHERE", "PREWHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "UNION", "INTERSECT",
+    "EXCEPT", "JOIN", "LEFT", "RIGHT", "INNER", "OUTER", "FULL", "CROSS", "ANY", "ALL", "ARRAY", "ON", "USING",
+    "AND", "OR", "NOT", "WITH", "AS", "CASE", "WHEN", "THEN", "ELSE", "END", "SETTINGS", "FORMAT", "WINDOW",
+    "QUALIFY", "DISTINCT", "BY", "ASC", "DESC", "IN", "IS", "NULL", "BETWEEN", "LIKE", "ILIKE", "OVER", "INTERVAL",
+    "FINAL", "SAMPLE", "VALUES", "LATERAL", "NULLS", "GLOBAL",
+})
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,25 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
+
+
+def is_keyword(word: str) -> bool:
+    upper = word.upper()
+    return upper in DATAFILE_KEYWORDS or upper.startswith(CONNECTOR_PREFIXES)
+
+
+def ends_block(text: str) -> bool:
+    """Whether a line ends the `KEYWORD >` block above it. As in Tinybird, blocks are indented, but a block also
+    takes unindented lines up to the next keyword line: `%`, `{% end %}`, `ORDER BY ...`, `) AS t` stay in it. A
+    keyword line is an unindented datafile keyword, or an upper-case word that is not SQL (a misspelt keyword,
+    reported as such rather than swallowed into a query)."""
+    if not text or text[0] == " ":
+        return False
+    match = KEYWORD_PATTERN.match(text.rstrip())
+    if match is None:
+        return False
+    word = match.group(1)
+    return is_keyword(word) or (word.isupper() and word not in SQL_WORDS)
 
 
 class Lexer:
@@ -260,13 +296,11 @@ class Lexer:
             if value == ">":
                 block: list[SourceLine] = []
                 i += 1
-                while i < len(lines) and (not lines[i].text.strip() or lines[i].text.startswith(" ")):
+                while i < len(lines) and not ends_block(lines[i].text):
                     body = lines[i]
-                    if body.text.strip() and not body.text.startswith(INDENT):
-                        self.sink.error("PF103", f"Block line under {keyword} is indented by fewer than 4 spaces.",
-                                        "Indent every line of a `KEYWORD >` block by exactly 4 spaces.", body.location)
-                    dedented = body.text[len(INDENT):] if body.text.startswith(INDENT) else body.text.lstrip(" ")
-                    block.append(SourceLine(dedented, body.location.shifted(col=len(INDENT) + 1)))
+                    # Tinybird indents blocks by 4 spaces, but accepts less (even none): strip up to 4.
+                    strip = min(len(body.text) - len(body.text.lstrip(" ")), len(INDENT))
+                    block.append(SourceLine(body.text[strip:], body.location.shifted(col=strip + 1)))
                     i += 1
                 while block and not block[-1].text.strip():
                     block.pop()

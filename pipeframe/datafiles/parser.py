@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeframe.datafiles.lexer import Lexer, SourceLine, Statement
+from pipeframe.datafiles.lexer import CONNECTOR_PREFIXES, Lexer, SourceLine, Statement
 from pipeframe.datafiles.model import Column, Datasource, Node, Pipe, Token
 from pipeframe.datafiles.types import TypeProblem, parse_column_type
 from pipeframe.errors import DiagnosticSink, Location
@@ -77,8 +77,18 @@ def split_top_level(text: str, sep: str = ",") -> list[tuple[str, int]]:
     return parts
 
 
+def not_supported_yet(sink: DiagnosticSink, st: Statement, what: str, hint: str) -> None:
+    """A Tinybird setting pipeframe parses but does not act on yet: a warning, never a parse error."""
+    sink.warning("PF110", f"{what} is not supported yet; `{st.keyword}` is ignored.", hint, st.location)
+
+
 def parse_token(st: Statement, default_scope: str, sink: DiagnosticSink) -> Token | None:
     match = re.fullmatch(r"""["']?([A-Za-z0-9_.:-]+)["']?(?:\s+(READ|APPEND))?""", st.value.strip(), re.IGNORECASE)
+    scoped = re.fullmatch(r"""["']?([A-Za-z0-9_.:-]+)["']?\s+([A-Z_]+)""", st.value.strip())
+    if match is None and scoped is not None:  # Tinybird's other scopes (CREATE, DROP, ...)
+        not_supported_yet(sink, st, f"Token scope {scoped.group(2)}",
+                          "pipeframe tokens READ (pipes) and APPEND (datasources); grant those, or remove the line.")
+        return None
     if match is None:
         sink.error("PF101", f"TOKEN line `{st.value}` is not understood.",
                    f'Write TOKEN "name" {default_scope}.', st.location)
@@ -92,6 +102,14 @@ def _single_value(st: Statement, sink: DiagnosticSink) -> str:
     if not st.value:
         sink.error("PF101", f"{st.keyword} needs a value.", f"Write `{st.keyword} <value>` on one line.", st.location)
     return st.value
+
+
+def _engine_value(st: Statement, sink: DiagnosticSink) -> str:
+    """An ENGINE_* value; Tinybird writes them bare or quoted (`ENGINE_SORTING_KEY "hour, name"`)."""
+    value = _single_value(st, sink).strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" and value[0] not in value[1:-1]:
+        value = value[1:-1].strip()
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- columns
@@ -200,6 +218,13 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
     where: dict[str, Location] = {}
     for st in lexer.statements(path):
         kw = st.keyword.upper()
+        if kw.startswith(CONNECTOR_PREFIXES):
+            connector = kw.split("_", 1)[0].title()
+            not_supported_yet(sink, st, f"The {connector} connector",
+                              "Load the rows with `pipeframe append` (or the events API) instead.")
+            if kw.startswith("KAFKA_"):
+                where.setdefault("KAFKA", st.location)
+            continue
         if kw not in DATASOURCE_KEYWORDS:
             unknown_keyword(sink, st, DATASOURCE_KEYWORDS, "datasource")
             continue
@@ -220,12 +245,12 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
             if token:
                 tokens.append(token)
         elif kw == "ENGINE":
-            fields["engine"] = _single_value(st, sink).strip("\"'")
+            fields["engine"] = _engine_value(st, sink)
         elif kw == "ENGINE_PARTITION_KEY":
-            value = _single_value(st, sink)
+            value = _engine_value(st, sink)
             fields["partition_key"] = None if value.strip() in ("", "tuple()") else value
         elif kw in ("ENGINE_SORTING_KEY", "ENGINE_PRIMARY_KEY"):
-            value = _single_value(st, sink).strip()
+            value = _engine_value(st, sink)
             if value.lower() == "tuple()":  # ClickHouse's spelling of "no key"
                 value = ""
             if value.startswith("(") and value.endswith(")"):
@@ -234,7 +259,7 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
             if kw == "ENGINE_SORTING_KEY" or "sorting_key" not in fields:
                 fields["sorting_key"] = keys
         elif kw == "ENGINE_TTL":
-            fields["ttl"] = _single_value(st, sink)
+            fields["ttl"] = _engine_value(st, sink)
         elif kw == "FORWARD_QUERY":
             fields["forward_query"] = st.text
         elif kw == "BACKFILL":
@@ -243,14 +268,27 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
                 sink.error("PF101", f"BACKFILL `{value}` is not understood.", "Write `BACKFILL skip`.", st.location)
             fields["backfill"] = value if value == "skip" else None
         elif kw.startswith("ENGINE_"):
-            settings.append((kw, _single_value(st, sink)))
+            settings.append((kw, _engine_value(st, sink)))
     if "SCHEMA" not in where:
         sink.error("PF108", f"Datasource `{name}` has no SCHEMA.",
                    "Add a `SCHEMA >` block listing its columns, or delete the file to have it generated.", location)
+    elif "KAFKA" in where:
+        fields["columns"] = _with_kafka_columns(fields.get("columns", ()), where.pop("KAFKA"), sink)
     return Datasource(
         name=name, path=display, location=location, tokens=tuple(tokens), engine_settings=tuple(settings),
         keyword_locations=tuple(where.items()), **fields,
     )
+
+
+# The columns Tinybird adds to every Kafka datasource (pipes read them, keys use them) when SCHEMA does not list them.
+KAFKA_COLUMNS = ("`__value` String", "`__topic` LowCardinality(String)", "`__partition` Int16", "`__offset` Int64",
+                 "`__timestamp` DateTime", "`__key` String")
+
+
+def _with_kafka_columns(columns: tuple[Column, ...], where: Location, sink: DiagnosticSink) -> tuple[Column, ...]:
+    declared = {c.name for c in columns}
+    added = [parse_column(text, where, sink) for text in KAFKA_COLUMNS if text.split("`")[1] not in declared]
+    return (*columns, *(c for c in added if c is not None))
 
 
 # ------------------------------------------------------------------------------------------------ pipes
@@ -300,6 +338,9 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
                 token = parse_token(st, "READ", sink)
                 if token:
                     tokens.append(token)
+            continue
+        if kw.startswith(CONNECTOR_PREFIXES):
+            not_supported_yet(sink, st, "Exporting a pipe's rows (sinks)", "Read the rows from the endpoint instead.")
             continue
         if kw not in NODE_KEYWORDS:
             unknown_keyword(sink, st, NODE_KEYWORDS, "pipe")

@@ -112,7 +112,7 @@ _SCALARS: dict[str, TypeTree] = {
     **dict.fromkeys(["float", "real", "float4", "float32"], TypeTree("FLOAT")),
     **dict.fromkeys(["double", "float8", "float64"], TypeTree("DOUBLE")),
     **dict.fromkeys(["boolean", "bool"], TypeTree("BOOLEAN")),
-    **dict.fromkeys(["string", "text", "uuid", "ipv4", "ipv6", "json"], TypeTree("STRING")),
+    **dict.fromkeys(["string", "text", "uuid", "ipv4", "ipv6"], TypeTree("STRING")),
     **dict.fromkeys(["date", "date32"], TypeTree("DATE")),
     **dict.fromkeys(["timestamp", "timestamp_ltz"], TypeTree("TIMESTAMP")),
     "timestamp_ntz": TypeTree("TIMESTAMP_NTZ"),
@@ -456,6 +456,19 @@ class _Parser:
             self.expect(")")
         return TypeTree("TIMESTAMP")
 
+    def json(self, name: _Token) -> TypeTree:
+        """JSON, JSON(max_dynamic_paths=16, ...): stored as its text; the settings tune ClickHouse's storage only."""
+        if self.accept("("):
+            depth = 1
+            while depth:
+                token = self.peek()
+                if token.kind == "end":
+                    raise self.fail(self.unexpected("`)` closing JSON(...)"))
+                if token.kind == "punct" and token.text in "()":
+                    depth += 1 if token.text == "(" else -1
+                self.advance()
+        return TypeTree("STRING")
+
     def time_zone(self) -> None:
         if self.peek().kind != "string":
             raise self.fail(self.unexpected("a quoted time zone such as 'UTC'"))
@@ -560,6 +573,7 @@ _CONSTRUCTORS: dict[str, Callable[[_Parser, _Token], TypeTree]] = {
         ["decimal", "dec", "numeric", "decimal32", "decimal64", "decimal128", "decimal256"], _Parser.decimal
     ),
     **dict.fromkeys(["datetime", "datetime64"], _Parser.datetime),
+    "json": _Parser.json,
     **dict.fromkeys(["enum", "enum8", "enum16"], _Parser.enum),
     **dict.fromkeys(["nullable", "lowcardinality"], _Parser.wrapper),
     "array": _Parser.array,

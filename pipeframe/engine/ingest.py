@@ -4,6 +4,7 @@ appended (or replace rows); rows that do not go to `<datasource>_quarantine` wit
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
 
 FORMATS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".json": "ndjson", ".csv": "csv", ".parquet": "parquet"}
 QUARANTINE_SCHEMA = "raw STRING, reason STRING, source STRING, ingested_at TIMESTAMP"
-RAW, REASON, EXACT, UTF8 = "__pf_raw", "__pf_reason", "__pf_exact", "__pf_utf8"
+RAW, REASON, UTF8, VALUE = "__pf_raw", "__pf_reason", "__pf_utf8", "__pf_value"
+PART = "__pf_part"  # which request of a group commit a row came from (0 for a single write)
+MISFITS_COLLECTED = 10_000  # misfit rows of one commit brought to the driver to count them; more are aggregated
 # A JSON line as tokens: a whole string (an escaped character never ends it) or a run of anything else.
 JSON_TOKENS = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[^"]++'
 JSON_NUMBER = r"-?[0-9][0-9.eE+-]*+"  # outside strings, only numbers hold digits
@@ -45,6 +48,8 @@ class IngestResult:
     version: int | None  # the source commit holding the accepted rows
     reasons: tuple[str, ...] = ()  # a few examples of why rows were quarantined
     views: tuple = ()  # the ViewRefresh of every view the new rows flowed into
+    replayed: bool = False  # an idempotency key seen before: nothing was written this time
+    mark: object = None  # what the committer's `on_commit` said of the commit (the materializer's round count)
 
 
 def detect_format(path: str, fmt: str | None) -> str:
@@ -108,30 +113,49 @@ def conform(frame: DataFrame, datasource: Datasource, corrupt: str | None = None
     return _typed(frame, datasource, values, raw, checks)
 
 
-def conform_lines(spark: SparkSession, lines: list[str], datasource: Datasource) -> DataFrame:
-    """NDJSON lines held in memory (Python rows, HTTP events), conformed like an NDJSON file."""
-    frame = spark.createDataFrame([(line,) for line in lines if line.strip()], f"`{RAW}` STRING")
+def conform_lines(spark: SparkSession, lines: list[str], datasource: Datasource,
+                  parts: list[int] | None = None) -> DataFrame:
+    """NDJSON lines held in memory (Python rows, HTTP events), conformed like an NDJSON file. `parts`: the request
+    each line belongs to (a group commit), kept as `__pf_part`. Handed to Spark as one Arrow batch."""
+    import pyarrow as pa
+
+    parts = parts if parts is not None else [0] * len(lines)
+    kept = [i for i, line in enumerate(lines) if line.strip()]
+    try:
+        raw = pa.array([lines[i] for i in kept], pa.string())
+    except UnicodeEncodeError:  # a lone surrogate is no UTF-8: its bytes are kept, and the line quarantined as such
+        raw = pa.array([lines[i].encode("utf-8", "surrogatepass") for i in kept], pa.binary())
+    frame = spark.createDataFrame(pa.table({RAW: raw, PART: pa.array([parts[i] for i in kept], pa.int32())}))
+    if raw.type == pa.binary():
+        frame = frame.selectExpr(f"CAST(`{RAW}` AS STRING) AS `{RAW}`", PART)
     return _conform_json(frame, datasource)
 
 
 def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
-    """NDJSON lines: each column read from its `json:` path (or its name), then cast. Numbers are read as sent
-    (`get_json_object` alone reads them through a double: `1e400` would become "Infinity", a long decimal would
-    lose digits): `__pf_exact` is the line with every number outside a string quoted, so a number is read as its
-    text. Objects and arrays are read from the line itself, so their numbers stay numbers."""
+    """NDJSON lines: each column read from its `json:` path (or its name), then cast. Numbers are read as sent where
+    it matters: `get_json_object` reads them through a double (`1e400` would become "Infinity", a long decimal would
+    lose digits, a string column would get "1.5E7" for 15000000.0). When the value read that way could differ from
+    what was sent (`_needs_text`), the column is read again from the line with every number outside a string quoted,
+    so the number is read as its text; other values skip that (a regex pass over the line). Objects and arrays are
+    read from the line itself, so their numbers stay numbers."""
     # Decoding for the regex makes any bytes valid (U+FFFD), so what the line was is kept in `__pf_utf8`.
+    part = f"`{PART}`" if PART in lines.columns else "0"
     lines = lines.selectExpr(f"regexp_replace(`{RAW}`, {quote_string(BOM)}, '') AS `{RAW}`",
-                             f"is_valid_utf8(`{RAW}`) AS `{UTF8}`")
+                             f"is_valid_utf8(`{RAW}`) AS `{UTF8}`", f"{part} AS `{PART}`")
     tokens = f"regexp_extract_all(`{RAW}`, {quote_string(JSON_TOKENS)}, 0)"
     quoted = f"IF(startswith(t, '\"'), t, regexp_replace(t, {quote_string(JSON_NUMBER)}, '\"$0\"'))"
-    lines = lines.selectExpr(f"`{RAW}`", f"`{UTF8}`", f"array_join(transform({tokens}, t -> {quoted}), '') AS `{EXACT}`")
-    values = {}
-    for column in datasource.columns:
+    exact_line = f"array_join(transform({tokens}, t -> {quoted}), '')"  # only evaluated where a column needs it
+    read, values = [], {}
+    for index, column in enumerate(datasource.columns):
         path = quote_string(_json_path(column))
-        normal, exact = f"get_json_object(`{RAW}`, {path})", f"get_json_object(`{EXACT}`, {path})"
-        complex_ = column.type.upper().startswith(COMPLEX)
-        values[column] = normal if complex_ else f"IF(startswith({exact}, '{{') OR startswith({exact}, '['), " \
-                                                 f"{normal}, {exact})"
+        normal = f"get_json_object(`{RAW}`, {path})"
+        if column.type.upper().startswith(COMPLEX):
+            values[column] = normal
+            continue
+        read.append(f"IF({normal} rlike {quote_string(_needs_text(column))}, get_json_object({exact_line}, {path}), "
+                    f"{normal}) AS `{VALUE}{index}`")
+        values[column] = f"`{VALUE}{index}`"
+    lines = lines.selectExpr(f"`{RAW}`", f"`{UTF8}`", f"`{PART}`", *read)
     checks = [(f"CASE WHEN NOT `{UTF8}` THEN 'line is not valid UTF-8' "
                f"WHEN get_json_object(`{RAW}`, '$') IS NULL THEN 'line is not valid JSON' "
                f"WHEN json_object_keys(`{RAW}`) IS NULL THEN 'line is JSON but not an object' END")]
@@ -140,6 +164,21 @@ def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
         checks.append(f"CASE WHEN json_object_keys(`{RAW}`) IS NOT NULL AND coalesce({', '.join(values.values())}) "
                       f"IS NULL THEN 'object has none of the datasource\\'s columns' END")
     return _typed(lines, datasource, values, f"`{RAW}`", checks, strings=True)
+
+
+def _needs_text(column: Column) -> str:
+    """When a value `get_json_object` gave for `column` (a number read through a double and written back by Java)
+    may not be what was sent, so the column must be read from the number's text: for a float column an infinity (an
+    overflow such as 1e400) or an exponent (Java writes one for large and small values); for integers anything not an integer; for decimals an exponent or 16
+    digits; for any other type (strings, dates, ...) any number at all."""
+    type_ = column.type.upper()
+    if type_ in ("FLOAT", "DOUBLE"):
+        return "[eE]|(?i)inf"
+    if type_ in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
+        return "[.eE]|(?i)inf|nan"
+    if type_.startswith("DECIMAL"):
+        return "[eE]|[0-9.]{16}|(?i)inf|nan"
+    return "^-?([0-9]|Infinity|NaN)"
 
 
 def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], raw: str,
@@ -165,7 +204,8 @@ def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], 
         reasons.append(f"CASE WHEN {value} IS NOT NULL AND {converted} IS NULL THEN "
                        f"concat('column `{column.name}`: cannot read \"', {shown}, '\" as {_plain(column)}') END")
     reason = f"nullif(concat_ws('; ', {', '.join(reasons)}), '')" if reasons else "CAST(NULL AS STRING)"
-    return frame.selectExpr(*selects, f"{raw} AS `{RAW}`", f"{reason} AS `{REASON}`")
+    part = f"`{PART}`" if PART in frame.columns else "0"
+    return frame.selectExpr(*selects, f"{raw} AS `{RAW}`", f"{reason} AS `{REASON}`", f"{part} AS `{PART}`")
 
 
 def _json_path(column: Column) -> str:
@@ -177,6 +217,15 @@ def _plain(column: Column) -> str:
     return column.written_type.replace("'", "")
 
 
+@dataclass(frozen=True)
+class Landed:
+    """What one request of a commit landed: its accepted and quarantined rows, a few reasons."""
+
+    accepted: int = 0
+    quarantined: int = 0
+    reasons: tuple[str, ...] = ()
+
+
 class Ingestor:
     """Writes conformed batches into one warehouse."""
 
@@ -185,21 +234,31 @@ class Ingestor:
         self.warehouse = warehouse
 
     def write(self, table: DeployedResource, batch: Batch, mode: str = "append",
-              where: str | None = None, metadata: dict | None = None) -> IngestResult:
+              where: str | None = None, metadata: dict | None = None, key: str | None = None) -> IngestResult:
         """Quarantine the rows that do not fit, then commit the rest to the datasource (append, or overwrite
-        all rows / the rows matching `where`). Quarantine is written first: a crash in between loses nothing."""
+        all rows / the rows matching `where`). `key`: an idempotency key recorded with the commit."""
+        version, [landed] = self.commit(table, batch, 1, [key], mode, where, metadata)
+        return IngestResult(table.state.name, landed.accepted, landed.quarantined, version, landed.reasons)
+
+    def commit(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None],
+               mode: str = "append", where: str | None = None, metadata: dict | None = None,
+               sizes: list[int] | None = None) -> tuple[int | None, list[Landed]]:
+        """Land a batch whose rows belong to `parts` requests (`__pf_part`; `sizes`: each request's rows) in one
+        commit of the datasource: what each request landed, and the commit's version. Quarantine is written first:
+        a crash in between loses nothing. The idempotency `keys` of the requests are kept in the commit's
+        userMetadata with their counts, so a retried request is answered from there (`committed_keys`).
+
+        The batch is evaluated once (persisted): one job finds the misfit rows (without a shuffle while they are
+        few), the writes read the cache, and the accepted rows are counted by the commit itself."""
         from pyspark import StorageLevel
 
         from pipeframe.engine import tables
 
         frame = batch.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = dict(frame.selectExpr(f"`{REASON}` IS NULL AS ok").groupBy("ok").count().collect())
-            accepted, quarantined = int(counts.get(True, 0)), int(counts.get(False, 0))
-            reasons: tuple[str, ...] = ()
-            if quarantined:
-                bad = frame.where(f"`{REASON}` IS NOT NULL")
-                reasons = tuple(r[0] for r in bad.select(REASON).limit(3).collect())
+            bad = frame.where(f"`{REASON}` IS NOT NULL")
+            quarantined, reasons = self._misfits(bad, parts)
+            if any(quarantined):
                 rows = bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason",
                                       f"{quote_string(batch.source)} AS source", "current_timestamp() AS ingested_at")
                 path = self.warehouse.quarantine_path(table.state.name)
@@ -207,9 +266,16 @@ class Ingestor:
                 retrying(lambda: rows.write.format("delta").mode("append").save(path))
             columns = [f"`{name}`" for name, _ in table.state.columns]
             good = frame.where(f"`{REASON}` IS NULL").select(*columns)
-            writer = good.write.format("delta").mode(mode)
-            if metadata:
-                writer = writer.option("userMetadata", json.dumps({"pipeframe": metadata}))
+            info = dict(metadata or {}, commit=uuid.uuid4().hex)
+            if sizes is None and any(keys):  # a key is kept with its counts: count the (cached) rows now
+                sizes = [frame.count()]
+            accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)] if sizes else None
+            if accepted is not None:
+                known = {key: [a, q] for key, a, q in zip(keys, accepted, quarantined, strict=True) if key}
+                if known:
+                    info["keys"] = known
+            writer = (good.write.format("delta").mode(mode)
+                      .option("userMetadata", json.dumps({"pipeframe": info})))
             if where:
                 writer = writer.option("replaceWhere", where)
             try:
@@ -221,10 +287,31 @@ class Ingestor:
                                          "condition, and the condition must be valid SQL over the "
                                          "datasource's columns.") from None
                 raise
-            version = tables.latest_commit(self.spark, table.path or "").version
+            commit = tables.find_commit(self.spark, table.path or "", "commit", info["commit"])
         finally:
             frame.unpersist()
-        return IngestResult(table.state.name, accepted, quarantined, version, reasons)
+        if accepted is None:  # one part whose size is not known beforehand (a file): the commit counted it
+            accepted = [int((commit.metrics.get("numOutputRows") if commit else None) or good.count())]
+        return (commit.version if commit else None), [Landed(a, q, r) for a, q, r in
+                                                      zip(accepted, quarantined, reasons, strict=True)]
+
+    @staticmethod
+    def _misfits(bad: DataFrame, parts: int) -> tuple[list[int], list[tuple[str, ...]]]:
+        """How many rows of each part do not fit, and up to three reasons each."""
+        quarantined, reasons = [0] * parts, [[] for _ in range(parts)]
+        rows = bad.select(PART, REASON).limit(MISFITS_COLLECTED).collect()
+        if len(rows) == MISFITS_COLLECTED:  # many: count them where they are
+            from pyspark.sql.functions import expr
+
+            for part, count, first in bad.groupBy(PART).agg(
+                    expr("count(*)"), expr(f"slice(collect_list(`{REASON}`), 1, 3)")).collect():
+                quarantined[part], reasons[part] = int(count), list(first)
+            return quarantined, [tuple(r) for r in reasons]
+        for part, reason in rows:
+            quarantined[part] += 1
+            if len(reasons[part]) < 3:
+                reasons[part].append(reason)
+        return quarantined, [tuple(r) for r in reasons]
 
     def delete(self, table: DeployedResource, where: str | None) -> int:
         """Delete rows in place (all of them without `where`); returns how many."""
@@ -241,6 +328,11 @@ class Ingestor:
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
 
 
+def ndjson_lines(rows: list | tuple) -> list[str]:
+    """Python rows as NDJSON lines: dicts encoded, strings taken as lines already."""
+    return [row if isinstance(row, str) else json.dumps(row, default=str) for row in rows]
+
+
 def conform_data(spark: SparkSession, data: object, datasource: Datasource) -> Batch:
     """`Project.append` input: a Spark DataFrame or pandas DataFrame (columns by name), or a list of dicts or of
     NDJSON lines (read like NDJSON events, through the `json:` paths; a line that is not JSON is quarantined)."""
@@ -249,8 +341,7 @@ def conform_data(spark: SparkSession, data: object, datasource: Datasource) -> B
     if isinstance(data, SparkFrame):
         return Batch(conform(data, datasource), "dataframe")
     if isinstance(data, list | tuple):
-        lines = [row if isinstance(row, str) else json.dumps(row, default=str) for row in data]
-        return Batch(conform_lines(spark, lines, datasource), "rows")
+        return Batch(conform_lines(spark, ndjson_lines(data), datasource), "rows")
     if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
         return Batch(conform(spark.createDataFrame(data), datasource), "dataframe")  # pandas
     raise PipeframeError("PF715", f"Cannot append a {type(data).__name__}.",

@@ -15,6 +15,7 @@ from pipeframe.plan.diff import drop_views
 from pipeframe.plan.snapshot import DeployedResource
 from pipeframe.sqltext import first_line, quote_path
 
+RATE_SECONDS = 60.0  # the window of a view's rows/s
 STATUSES = ("active", "backfilling", "rebuilding", "paused", "stale", "error")
 
 
@@ -38,6 +39,11 @@ class ViewStatus:
     last_refresh: datetime | None
     permanent: bool = False
     backfill: BackfillProgress | None = None
+    rows_per_second: float = 0.0  # source rows applied per second over the last minute
+
+    @property
+    def lag_ms(self) -> float | None:
+        return None if self.lag_seconds is None else self.lag_seconds * 1000
 
     def to_json(self) -> dict:
         return {"name": self.name, "pipe": self.pipe, "status": self.status, "reason": self.reason,
@@ -45,6 +51,8 @@ class ViewStatus:
                 "source": self.source, "source_version": self.source_version,
                 "applied_version": self.applied_version, "lag_versions": self.lag_versions,
                 "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 1),
+                "lag_ms": None if self.lag_ms is None else round(self.lag_ms),
+                "rows_per_second": round(self.rows_per_second, 1),
                 "last_refresh": self.last_refresh.isoformat() if self.last_refresh else None,
                 "permanent": self.permanent,
                 "backfill": self.backfill.to_json() if self.backfill else None}
@@ -77,6 +85,7 @@ class Lifecycle:
         """Never raises for a damaged table: what cannot be read is reported as the view's error."""
         path = view.path or ""
         rows = files = size = 0
+        rate = 0.0
         watermark = tables.Watermark(None)
         problem = None
         try:
@@ -84,6 +93,7 @@ class Lifecycle:
             files, size = int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
             rows = int(self.spark.sql(f"SELECT count(*) FROM {quote_path(path)}").first()[0])
             watermark = tables.read_watermark(self.spark, path)
+            rate = self._rate(path)
         except Exception as exc:  # noqa: BLE001 — shown as the view's error; `recover` rebuilds the table
             problem = f"cannot read its table: {first_line(exc)}"
         source = self.materializer.deployed.table(view.state.source or "")
@@ -101,7 +111,14 @@ class Lifecycle:
         backfill = BackfillProgress.from_run(view.state.name, record.backfill) if record.backfill else None
         return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
                           view.state.source, source_version, watermark.source_version, lag, lag_seconds,
-                          watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill)
+                          watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill,
+                          rate)
+
+    def _rate(self, path: str) -> float:
+        """Source rows a view applied per second over the last minute (its commits record how many)."""
+        since = time.time() - RATE_SECONDS
+        recent = [c for c in tables.history(self.spark, path, 200) if c.epoch >= since]
+        return sum(int(c.metadata.get("rows") or 0) for c in recent) / RATE_SECONDS
 
     def _lag(self, source_path: str, applied: int, latest: int) -> tuple[int, float]:
         """Source commits with rows not applied yet, and how long the oldest of them has waited."""

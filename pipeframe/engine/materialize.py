@@ -47,6 +47,8 @@ class ViewRefresh:
     from_version: int | None = None
     to_version: int | None = None
     message: str | None = None
+    rows: int | None = None  # source rows applied (as the source's commits counted them)
+    waited_ms: float | None = None  # how long the oldest commit applied had waited when the view committed
 
     @property
     def failed(self) -> bool:
@@ -214,9 +216,14 @@ class Materializer:
             return self._mark_stale(view, f"rows of `{state.source}` were changed in place "
                                           f"({rewrites[0].describe()})")
         batch = self._changes(source, commits)
-        self._write_batch(view, batch, source_version=latest.version, source_path=source.path)
+        rows = sum(int(c.metrics.get("numOutputRows") or 0) for c in commits if c.changes_data)
+        if not self._write_batch(view, batch, source_version=latest.version, source_path=source.path,
+                                 after=applied, metadata={"rows": rows}):
+            # Another refresher applied an increment from the same watermark first: Delta skipped this one.
+            return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
         self.on_step(f"view committed {state.name}")
-        return ViewRefresh(state.name, "applied", applied, latest.version)
+        waited = max(0.0, time.time() - min(c.epoch for c in commits)) * 1000
+        return ViewRefresh(state.name, "applied", applied, latest.version, rows=rows, waited_ms=waited)
 
     def _recent_commits(self, path: str) -> list[tables.Commit]:
         """A table's newest commits (newest first), read once per refresh until the table is written."""
@@ -236,11 +243,13 @@ class Materializer:
             self._batches[key] = batch = batch.persist()
         return batch
 
-    def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> None:
+    def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> bool:
         self._register_lookups(view.state)
         batch.createOrReplaceTempView(BATCH_RELATION)
-        tables.write_states(self.spark.sql(view.state.state_sql or ""), view.state, view.path or "", **watermark)
+        written = tables.write_states(self.spark.sql(view.state.state_sql or ""), view.state, view.path or "",
+                                      **watermark)
         self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
+        return written
 
     def _register_lookups(self, state: ResourceState) -> None:
         """The tables a view's query joins besides its trigger (DIMENSIONS) must be readable by name."""

@@ -63,6 +63,9 @@ def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = No
             "spark.ui.showConsoleProgress": "false",
             # Same effect as sparkContext.setLogLevel("ERROR") right after start, but users can override it.
             "spark.log.level": "ERROR",
+            # Jobs of different threads share the cores instead of queueing: an events commit is not held behind
+            # a view's refresh (each runs in its own pool, `scheduler_pool`).
+            "spark.scheduler.mode": "FAIR",
         }
         jars = offline_jars(environ)
         if jars:
@@ -486,3 +489,10 @@ def _read_from(log: Path, start: int) -> str:
     with open(log, "rb") as f:
         f.seek(start)
         return f.read().decode("utf-8", errors="replace")
+
+
+def scheduler_pool(spark: SparkSession, pool: str) -> None:
+    """Run this thread's Spark jobs in the FAIR scheduler pool `pool` (nothing on Spark Connect, which has no
+    SparkContext)."""
+    with contextlib.suppress(Exception):  # Spark Connect: its server schedules the jobs
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from pipeframe.engine import deltalog
 from pipeframe.engine.conflicts import local_folder
 from pipeframe.engine.warehouse import IO
 from pipeframe.plan.state import ResourceState
@@ -87,7 +88,14 @@ class Watermark:
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit]:
-    """The newest `limit` commits of a table, newest first."""
+    """The newest `limit` commits of a table, newest first: read from the commit files of a local table's
+    `_delta_log` when they can answer exactly (no Spark job), else with `DESCRIBE HISTORY` (counted in IO)."""
+    folder = local_folder(path)
+    if folder is not None:
+        commits = deltalog.history(folder, limit)
+        if commits is not None:
+            IO["history_log"] += 1
+            return commits
     sql = f"DESCRIBE HISTORY {quote_path(path)}" + (f" LIMIT {int(limit)}" if limit else "")
     IO["history"] += 1
     commits = []
@@ -101,6 +109,22 @@ def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Co
 
 def latest_commit(spark: SparkSession, path: str) -> Commit:
     return history(spark, path, 1)[0]
+
+
+def find_commit(spark: SparkSession, path: str, key: str, value: str, within: int | None = None) -> Commit | None:
+    """The newest commit whose pipeframe metadata has `key` = `value` (e.g. a commit id), looking further back
+    while other writers' commits came after it (at most `within` commits back)."""
+    limit: int | None = min(10, within or 10)
+    while True:
+        commits = history(spark, path, limit)
+        for commit in commits:
+            if commit.metadata.get(key) == value:
+                return commit
+        if limit is None or len(commits) < limit or limit == within:
+            return None
+        limit = limit * 10 if limit < 10_000 else None
+        if within is not None:
+            limit = min(limit or within, within)
 
 
 def commits_between(spark: SparkSession, path: str, after: int, upto: int) -> list[Commit]:
@@ -156,22 +180,29 @@ def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version
 
 
 def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_version: int | None = None,
-                 source_path: str | None = None, app_id: str | None = None, txn_version: int | None = None,
-                 metadata: dict | None = None) -> None:
-    """Append view rows to `path` in one Delta commit.
+                 source_path: str | None = None, after: int | None = None, app_id: str | None = None,
+                 txn_version: int | None = None, metadata: dict | None = None) -> bool:
+    """Append view rows to `path` in one Delta commit; False when Delta skipped it as a replay.
 
-    With `source_version`, the commit also records the view's watermark: Delta's idempotent writes skip a
-    replay of a version already applied (txnAppId/txnVersion), and the userMetadata names the source version
-    and table for `read_watermark`. Populate chunks pass their own `app_id`/`txn_version` instead."""
+    With `source_version`, the commit also records the view's watermark: the userMetadata names the source
+    version and table for `read_watermark`, and the commit is an idempotent write under the view's transaction id
+    (txnAppId) with txnVersion = the watermark the increment started from (`after`) + 1. Delta skips the write when
+    the view has recorded that number or a higher one, i.e. when another refresher already applied an increment
+    from the same watermark, and refuses it as a concurrent transaction when the other commits while it writes:
+    two refreshers never apply one range twice, whatever the filesystem. Populate chunks pass their own
+    `app_id`/`txn_version` instead."""
+    import uuid
+
     columns = [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
-    info = {"view": state.name, **(metadata or {})}
+    info = {"view": state.name, **(metadata or {}), "commit": uuid.uuid4().hex}
     writer = frame.selectExpr(*columns).write.format("delta").mode("append")
     if source_version is not None:
         info.update(source=state.source, source_version=source_version, source_path=source_path)
-        app_id, txn_version = watermark_app_id(state.name), source_version
+        app_id, txn_version = watermark_app_id(state.name), (after + 1 if after is not None else source_version)
     if app_id is not None and txn_version is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
     writer.option("userMetadata", json.dumps({"pipeframe": info})).save(path)
+    return app_id is None or find_commit(frame.sparkSession, path, "commit", info["commit"], within=50) is not None
 
 
 def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:

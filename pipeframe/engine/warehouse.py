@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from pipeframe.engine import deltalog
 from pipeframe.engine.conflicts import local_folder, retrying
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -309,16 +310,10 @@ def state_path(uri: str) -> str:
 
 
 def local_version(path: str) -> int | None:
-    """The latest version of a Delta table in a local folder, from its newest commit file, without Spark: -1
-    while it has no commit, None when `path` is not local."""
+    """The latest version of a Delta table in a local folder, from the names of its log files, without Spark: -1
+    while it has no commit, None when `path` is not local (or its log cannot be listed)."""
     folder = local_folder(path)
-    if folder is None:
-        return None
-    try:
-        names = os.listdir(os.path.join(folder, "_delta_log"))
-    except (FileNotFoundError, NotADirectoryError):
-        return -1
-    return max((int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()), default=-1)
+    return None if folder is None else deltalog.latest_version(folder)
 
 
 # The temporary views each Spark session has had registered by `Warehouse.register`: name → its SQL.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeframe.server")
 
 NOT_FOUND = frozenset({"PF701", "PF702"})  # engine errors that mean "no such resource": 404 over HTTP
-RETRY_SECONDS = 1  # the Retry-After of a 503 (tables changed under a query by a deploy elsewhere)
+RETRY_SECONDS = 1  # the Retry-After of a 503 (tables changed under a query elsewhere) or a 429 (buffer full)
 # A location with a scheme (Spark writes local paths as file:/...); a closing quote, bracket or space ends it.
 LOCATION = re.compile(r"\b(?:file|hdfs|s3a?|s3n|abfss?|wasbs?|gs|dbfs):/[^\s'\"`\])]*")
 
@@ -61,7 +61,7 @@ def error_body(err: PipeframeError, project: Project, parameter: str | None = No
 
 def error_response(err: PipeframeError, project: Project, parameter: str | None = None) -> JSONResponse:
     status = 404 if err.code in NOT_FOUND else err.http_status
-    headers = {"Retry-After": str(RETRY_SECONDS)} if status == 503 else None
+    headers = {"Retry-After": str(RETRY_SECONDS)} if status in (429, 503) else None
     return JSONResponse(error_body(err, project, parameter), status_code=status, headers=headers)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -11,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, StrictBool
 from starlette.concurrency import run_in_threadpool
@@ -57,26 +58,49 @@ def add_pipe_routes(app: FastAPI, service: Service) -> None:
 
 
 def add_event_routes(app: FastAPI, service: Service) -> None:
-    """`POST /v0/events?name=DATASOURCE`: NDJSON lines appended as `pipeframe append` does."""
+    """`POST /v0/events?name=DATASOURCE`: NDJSON lines group-committed (Tinybird's Events API); `GET /v0/ingest`."""
 
-    @app.post("/v0/events", summary="Append NDJSON events to a datasource", tags=["events"],
+    @app.post("/v0/events", summary="Append NDJSON events to a datasource", tags=["events"], status_code=202,
+              responses={200: {"description": "With wait=true: committed, and applied by every dependent view"},
+                         202: {"description": "Committed to the datasource; the views apply them in the background"},
+                         429: {"description": "The datasource's commit buffer is full: retry after Retry-After"}},
               openapi_extra={"requestBody": {"required": True, "description": "One JSON object per line.",
                                              "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
-    async def events(request: Request, name: str = Query(description="The landing datasource")) -> dict:
-        """Lands the events like `pipeframe append`: lines that do not fit the schema go to
-        `<name>_quarantine` with the reason, then every view of the datasource applies the new rows."""
+    async def events(request: Request, name: str = Query(description="The landing datasource"),
+                     wait: bool = Query(False, description="Answer once every dependent view applied the rows"),
+                     idempotency_key: str | None = Header(None, max_length=200, description=(
+                         "Send a retried request with the same key: it lands once (also after a restart)"))
+                     ) -> Response:
+        """Lands the events like `pipeframe append`: lines that do not fit the schema go to `<name>_quarantine`
+        with the reason, the others are committed to the datasource together with the other requests of the
+        moment (one Delta commit). Answers 202 once committed; with `wait=true`, 200 once every view downstream
+        (through cascades) has applied them."""
         caller = service.authenticate(auth.token_of(request))
         service.authorize(caller, ResourceKey.datasource(name), "APPEND")
         lines = (await read_body(request)).splitlines()
         if not any(line.strip() for line in lines):
             raise PipeframeError("PF815", "The request body has no events.",
                                  "Send one JSON object per line (curl --data-binary @events.ndjson).")
-        result = await run_in_threadpool(service.ingest, name, lines)
+        # The commit is awaited, not waited for in a thread: every request waiting may join one group commit.
+        future = await run_in_threadpool(service.submit, name, lines, idempotency_key)
+        result = await asyncio.wrap_future(future)
+        if wait:
+            result = await run_in_threadpool(service.applied, name, result)
         answer = {"successful_rows": result.accepted, "quarantined_rows": result.quarantined,
-                  "quarantine_reasons": list(result.reasons), "views": [asdict(v) for v in result.views]}
-        if problems := view_problems(result.views):
-            answer["problems"] = problems
-        return hide_paths(answer, service.project)
+                  "quarantine_reasons": list(result.reasons), "version": result.version}
+        if wait:
+            answer["views"] = [asdict(v) for v in result.views]
+            if problems := view_problems(result.views):
+                answer["problems"] = problems
+        headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+        return JSONResponse(hide_paths(answer, service.project), status_code=200 if wait else 202, headers=headers)
+
+    @app.get("/v0/ingest", summary="Ingestion figures per datasource", tags=["events"])
+    def ingest_stats(request: Request) -> dict:
+        """Per datasource since the server started: commits, requests, rows, rows/s over the last minute, requests
+        waiting (buffer depth) and bytes, rejected (429), failed and replayed requests, the last commit."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        return service.ingest_stats()
 
 
 def view_problems(refreshed: Iterable[ViewRefresh]) -> list[dict]:
@@ -98,7 +122,7 @@ def add_view_routes(app: FastAPI, service: Service) -> None:
 
     def view_status(name: str) -> dict:
         [status] = service.project.status(name)
-        return hide_paths(status.to_json(), service.project)
+        return hide_paths({**status.to_json(), **service.materializer.view_json(status.name)}, service.project)
 
     def refreshes(refreshed: Iterable[ViewRefresh]) -> list[dict]:
         return hide_paths([asdict(r) for r in refreshed], service.project)

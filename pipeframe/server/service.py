@@ -9,7 +9,8 @@ import re
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeframe.compiler.graph import ResourceKey
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from pipeframe.compiler.compile import CompiledPipe
     from pipeframe.datafiles.model import TokenScope
     from pipeframe.endpoints import EndpointResult, Endpoints
+    from pipeframe.engine.groupcommit import GroupCommitter
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.materialize import ViewRefresh
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeframe.server")
 
+WAIT_SECONDS = 120.0  # how long `POST /v0/events?wait=true` waits for the views
 # How often a server over a remote warehouse asks Delta whether another process deployed (a local one looks at the
 # state table's log on every request: a directory listing).
 FOLLOW_SECONDS = 1.0
@@ -46,6 +49,19 @@ class BackgroundJob(Protocol):
     def stop(self) -> None: ...
 
 
+class _Flush:
+    """Stops the group committer with the server: the requests waiting are committed first."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self.committer = committer
+
+    def start(self, service: Service) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.committer.stop()
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One compiled + deployed project and its endpoints; a request uses one snapshot from start to end."""
@@ -59,8 +75,16 @@ class Service:
     Endpoints, the token rules, and a lock that serializes writes (events, pause/resume, delete) and reloads."""
 
     def __init__(self, project: Project, jobs: Iterable[BackgroundJob] = ()) -> None:
+        from pipeframe.engine.continuous import ContinuousMaterializer
+        from pipeframe.engine.groupcommit import GroupCommitter
+
         self.lock = threading.RLock()
-        self.jobs: list[BackgroundJob] = list(jobs)
+        # Views follow their sources in the background; events are group-committed and wake it.
+        self.materializer = ContinuousMaterializer(lambda: self.project.materializer(),
+                                                   project.config.ingest.poll_ms)
+        self.committer = GroupCommitter(project.spark, project.warehouse, lambda name: self.project.landing_target(name),
+                                        project.config.ingest, on_commit=self.materializer.committed)
+        self.jobs: list[BackgroundJob] = [self.materializer, *jobs, _Flush(self.committer)]
         self.current: Snapshot
         self._following = threading.Lock()
         self._seen = -1  # the state store's version the current snapshot was read at
@@ -147,10 +171,35 @@ class Service:
                              http_status=503)
 
     # ------------------------------------------------------------------------------------ writing
-    def ingest(self, datasource: str, lines: list[str]) -> IngestResult:
-        """NDJSON lines through `Project.append`, as `pipeframe append` does: quarantine, then the views."""
-        with self.lock:
-            return self.project.append(datasource, lines)
+    def ingest(self, datasource: str, lines: list[str], key: str | None = None,
+               wait: bool = False) -> IngestResult:
+        """NDJSON lines, group-committed with the other requests of the moment (quarantine, then one commit of the
+        datasource). With `wait`, also until every view downstream has applied them (through cascades). The HTTP
+        route does the same without holding a thread while the commit is written (`submit`, then `applied`)."""
+        result = self.submit(datasource, lines, key).result()
+        return self.applied(datasource, result) if wait else result
+
+    def submit(self, datasource: str, lines: list[str], key: str | None = None) -> Future:
+        """Queue the lines for the datasource's next commit; the future gives the IngestResult once committed."""
+        return self.committer.submit(datasource, lines, key)
+
+    def applied(self, datasource: str, result: IngestResult) -> IngestResult:
+        """`result` once every view downstream of `datasource` has applied it (a materializer round that started
+        after the commit), with each view's refresh."""
+        views = [v.state.name for v in self.project.materializer().downstream([datasource])]
+        after = result.mark if isinstance(result.mark, int) else None
+        refreshed = self.materializer.wait(views, WAIT_SECONDS, after)
+        if refreshed is None:
+            raise PipeframeError("PF820", f"The rows landed in `{datasource}` (version {result.version}) but its views "
+                                 f"did not apply them within {WAIT_SECONDS:.0f} s.",
+                                 "They will: GET /v0/views shows each view's lag. Do not send the rows again.",
+                                 http_status=504)
+        return replace(result, views=tuple(refreshed))
+
+    def ingest_stats(self) -> dict:
+        """Per datasource: commits, rows, rows/s, buffer depth and rejected requests (`GET /v0/ingest`)."""
+        return {"datasources": self.committer.stats(), "materializer": {
+            "running": self.materializer.running, "rounds": self.materializer.done}}
 
     def pause(self, view: str, permanent: bool) -> None:
         with self.lock:

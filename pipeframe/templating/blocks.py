@@ -1,4 +1,5 @@
-"""Template text before Jinja sees it: the leading `%` marker line and Tinybird's `{% end %}` alias.
+"""Template text before Jinja sees it: the leading `%` marker line and Tinybird's `{% end %}` alias (also written
+`{% end if %}`).
 
 Both rewrites keep every line where it was, so Jinja's line numbers are the datafile's.
 """
@@ -10,7 +11,7 @@ import re
 from pipeframe.templating.errors import TemplateError
 
 _PERCENT_LINE = re.compile(r"((?:[ \t]*\r?\n)*)[ \t]*%[ \t]*(?=\r?\n|\Z)")
-_ANY_END = re.compile(r"\{%[-+]?\s*end\s*[-+]?%\}")
+_ANY_END = re.compile(r"\{%[-+]?\s*end\b")
 _TAG = re.compile(r"\{#.*?#\}|\{%[-+]?\s*(?P<name>[A-Za-z_]\w*)(?P<body>.*?)%\}", re.DOTALL)
 _ENDRAW = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
 _ASSIGNMENT = re.compile(r"(?<![=!<>])=(?!=)")
@@ -58,9 +59,12 @@ def close_end_tags(source: str) -> str:
                     line=line,
                     col=col,
                 )
+            # Tinybird ignores what follows `end` (`{% end if %}`); keep only a whitespace-control mark.
             start = match.start("name")
-            pieces.append(source[done:start] + "end" + open_blocks.pop())
-            done = match.end("name")
+            body = match.group("body").rstrip()
+            trim = body[-1] if body[-1:] in ("-", "+") else ""
+            pieces.append(source[done:start] + "end" + open_blocks.pop() + (f" {trim}" if trim else " "))
+            done = match.end("body")
         elif name in BLOCK_TAGS and not (name == "set" and _ASSIGNMENT.search(match.group("body"))):
             open_blocks.append(name)
         elif name.startswith("end") and open_blocks and open_blocks[-1] == name[3:]:

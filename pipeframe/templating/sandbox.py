@@ -21,6 +21,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from pipeframe.templating.blocks import close_end_tags
 from pipeframe.templating.control import custom_error, defined, error
+from pipeframe.templating.dates import day_diff
 from pipeframe.templating.errors import TemplateError
 from pipeframe.templating.identifiers import column, columns, sql_and
 from pipeframe.templating.literals import SqlFragment, ValueOperators, sql_literal
@@ -39,6 +40,7 @@ FUNCTIONS = {
     "sql_and": sql_and,
     "error": error,
     "custom_error": custom_error,
+    "day_diff": day_diff,
 }
 
 

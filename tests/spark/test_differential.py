@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 import random
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -122,6 +124,36 @@ def append(p: Project, name: str, data, expected_rows: int) -> None:
     assert not failed, failed
 
 
+def append_concurrently(p: Project, batches: list[tuple[str, list[str]]]) -> None:
+    """Each batch appended by its own thread (as NDJSON lines: group-committed), the views left alone, while two
+    threads refresh every view in a loop; a last refresh once everything landed."""
+    landed = threading.Event()
+    problems: list = []
+
+    def refresher() -> None:
+        mine = Project(p.root, spark=p.spark, environ={})
+        while not landed.is_set():
+            problems.extend(r for r in mine.refresh() if r.outcome not in ("applied", "up to date"))
+
+    def appender(batch: tuple[str, list[str]]):
+        name, lines = batch
+        return p.append(name, lines, views=False)
+
+    refreshers = [threading.Thread(target=refresher) for _ in range(2)]
+    for thread in refreshers:
+        thread.start()
+    try:
+        with ThreadPoolExecutor(len(batches)) as pool:
+            results = list(pool.map(appender, batches))
+    finally:
+        landed.set()
+        for thread in refreshers:
+            thread.join()
+    assert [(r.accepted, r.quarantined) for r in results] == [(len(lines), 0) for _, lines in batches]
+    problems.extend(r for r in p.refresh() if r.outcome not in ("applied", "up to date"))
+    assert not problems, problems
+
+
 # --------------------------------------------------------------------------------- 1. the example project
 @dataclass(frozen=True)
 class ExampleView:
@@ -179,8 +211,11 @@ def _write_batch(folder: Path, name: str, header: str | None, lines: list[str]) 
     return path
 
 
-@pytest.mark.parametrize("seed, maintenance", [(11, False), (29, True)], ids=["appends", "populate-optimize"])
-def test_example_project_views_equal_full_recomputation(spark, spark_config, tmp_path, seed, maintenance):
+@pytest.mark.parametrize("seed, mode", [(11, "concurrent"), (29, "populate-optimize")])
+def test_example_project_views_equal_full_recomputation(spark, spark_config, tmp_path, seed, mode):
+    """`populate-optimize`: files appended one by one, each refreshing the views, with an optimize and a rebuild
+    between them. `concurrent`: the batches as rows appended from several threads at once (group-committed: they
+    share commits) leaving the views alone, while two other threads keep refreshing every view at the same time."""
     rng = random.Random(seed)
     root = fresh_root(spark_config, f"example_{seed}", copy_from=EXAMPLE)
     (root / "pipeframe.yaml").write_text((root / "pipeframe.yaml").read_text() + "vars:\n  currency: EUR\n")
@@ -195,11 +230,13 @@ def test_example_project_views_equal_full_recomputation(spark, spark_config, tmp
     batches = [(name, part) for name in ("sales", "page_views")
                for part in split(rng, (FIXTURES / f"{name}.ndjson").read_text().splitlines(), rng.randint(3, 4))]
     rng.shuffle(batches)
-    for i, (name, part) in enumerate(batches):
+    if mode == "concurrent":
+        append_concurrently(p, [b for b in batches if b[1]])
+    for i, (name, part) in enumerate(batches if mode != "concurrent" else []):
         append(p, name, str(_write_batch(tmp_path, f"{name}_{i}.ndjson", None, part)), len(part))
-        if maintenance and i == 2:
+        if i == 2:
             p.optimize()
-        if maintenance and i == 4:
+        if i == 4:
             p.populate("sales_by_hour", truncate=True)  # rebuilds its cascade sales_by_day too
 
     totals = collect(p, "SELECT (SELECT count(*) FROM sales) AS s, (SELECT count(*) FROM page_views) AS v")

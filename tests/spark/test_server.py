@@ -197,7 +197,7 @@ def revenue_by_product(http: httpx.Client) -> dict[str, float]:
 
 def post_events(http: httpx.Client, rows: list, headers: dict = INGEST, name: str = "events") -> httpx.Response:
     body = "\n".join(row if isinstance(row, str) else json.dumps(row) for row in rows) + "\n"
-    return http.post("/v0/events", params={"name": name}, content=body.encode(), headers=headers)
+    return http.post("/v0/events", params={"name": name, "wait": "true"}, content=body.encode(), headers=headers)
 
 
 def assert_error(answer: httpx.Response, status: int, code: str, parameter: str | None = None) -> dict:

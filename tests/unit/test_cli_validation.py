@@ -158,3 +158,21 @@ def test_a_refused_deploy_creates_nothing_in_the_folder(results, folders):
     assert results["deploy_in_a_folder_with_only_pipeframe_yaml"]["exit"] == 1
     assert list(folders["empty"].iterdir()) == []
     assert sorted(p.name for p in folders["bare"].iterdir()) == ["pipeframe.yaml"]
+
+
+@pytest.mark.parametrize("args", [["check", "{shop}"], ["check", "{broken}"], ["sql", "top_products", "-p", "{shop}"]],
+                         ids=["check_ok", "check_errors", "sql"])
+def test_output_into_a_closed_pipe_ends_quietly(folders, args):
+    """`pipeframe check … | head -1`: the reader is gone before pipeframe writes; no PF999, no traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEFRAME_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    process = subprocess.Popen([sys.executable, "-m", "pipeframe", *[fill(a, folders) for a in args]],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=folders["empty"])
+    process.stdout.close()  # the reader stops before the first line
+    try:
+        _, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    stderr = err.decode()
+    assert "PF999" not in stderr and "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    assert process.returncode in (0, 1), stderr

@@ -3,8 +3,11 @@ and the SQL the compiler produces (rendered per request, states generated and ch
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
+from pipeframe.compiler.sql import to_sql
 from pipeframe.errors import PipeframeError
 from pipeframe.project import Project
 from pipeframe.templating import TemplateError
@@ -256,3 +259,92 @@ def test_starter_template_and_example_project_check_clean():
         report = Project(root / folder).check()
         assert report.ok and not report.warnings, [d.format() for d in report.diagnostics]
         assert all(v.verdict.status != "rejected" for v in report.project.views)
+
+
+# ------------------------------------------------------------------------------------- Tinybird projects
+
+def test_a_pipe_without_type_publishes_its_last_node(make_project):
+    pipe = "NODE a\nSQL >\n    SELECT product, amount FROM sales\nNODE b\nSQL >\n    SELECT product FROM a\n"
+    compiled = Project(make_project({"pipes/plain.pipe": pipe})).require_valid()
+    assert compiled.pipes["plain"].type == "endpoint"
+    assert compiled.pipes["plain"].sql.endswith("SELECT product FROM a")
+
+
+def test_clickhouse_keys_are_deployed_as_spark_sql_and_spark_keys_as_written(make_project):
+    tinybird = ('SCHEMA >\n    `ts` DateTime,\n    `id` String\nENGINE "MergeTree"\n'
+                'ENGINE_PARTITION_KEY "toYYYYMM(ts)"\nENGINE_SORTING_KEY "id, ts"\n'
+                'ENGINE_TTL "toDateTime(ts) + toIntervalDay(90)"\n')
+    spark = "SCHEMA >\n    `ts` TIMESTAMP\nENGINE_PARTITION_KEY to_date(ts)\nENGINE_TTL ts + INTERVAL 1 DAY\n"
+    compiled = Project(make_project({"datasources/events.datasource": tinybird,
+                                     "datasources/plain.datasource": spark})).require_valid()
+    events = compiled.datasources["events"].definition
+    assert (events.partition_key, events.sorting_key, events.ttl) == (
+        "(YEAR(ts) * 100 + MONTH(ts))", ("id", "ts"), "CAST(ts AS TIMESTAMP) + MAKE_DT_INTERVAL(90)")
+    plain = compiled.datasources["plain"].definition
+    assert (plain.partition_key, plain.ttl) == ("to_date(ts)", "ts + INTERVAL 1 DAY")
+
+
+def test_count_if_states_and_merges_as_tinybird_writes_them(make_project):
+    events = "SCHEMA >\n    `ts` DateTime,\n    `event` String,\n    `product` String\n"
+    mv = ("NODE n\nSQL >\n    SELECT toStartOfHour(ts) AS hour, product,\n"
+          "        countIfState(event = 'view') AS views, countIfState(event = 'cart') AS carts\n"
+          "    FROM events GROUP BY hour, product\nTYPE materialized\nDATASOURCE by_hour\n")
+    target = ("SCHEMA >\n    `hour` DateTime,\n    `product` String,\n"
+              "    `views` AggregateFunction(countIf, UInt8),\n    `carts` AggregateFunction(countIf, UInt8)\n"
+              'ENGINE "AggregatingMergeTree"\nENGINE_SORTING_KEY "hour, product"\n')
+    read = ("NODE n\nSQL >\n    SELECT product, countIfMerge(views) AS views FROM by_hour\n"
+            "    WHERE hour > now() - toIntervalDay(7) GROUP BY product\n")
+    compiled = Project(make_project({"datasources/events.datasource": events, "pipes/by_hour_mv.pipe": mv,
+                                     "datasources/by_hour.datasource": target, "pipes/api.pipe": read})
+                       ).require_valid()
+    assert [(c.name, c.state) for c in compiled.datasources["by_hour"].columns] == [
+        ("hour", None), ("product", None), ("views", "count_if"), ("carts", "count_if")]
+    sql = compiled.pipes["api"].sql
+    assert "SUM(views)" in sql and "MAKE_DT_INTERVAL(7)" in sql.upper() and "CURRENT_TIMESTAMP()" in sql
+
+
+def test_an_untranslatable_clickhouse_call_is_an_error_at_its_line(make_project):
+    pipe = "NODE n\nSQL >\n    SELECT toDate(ts) AS day,\n        anyLast(product) AS last FROM sales GROUP BY day\n"
+    report = Project(make_project({"pipes/p.pipe": pipe})).check()
+    (d,) = [d for d in report.diagnostics if d.is_error]
+    assert (d.code, d.location.line, d.location.col) == ("PF309", 4, 9)
+    assert d.message == "ClickHouse function `anyLast` has no Spark translation." and "max_by" in d.hint
+
+
+def test_text_after_end_is_ignored_as_tinybird_does(make_project):
+    pipe = ("NODE n\nSQL >\n%\n    SELECT product FROM sales\n    {% if defined(p) %} WHERE product = {{ String(p) }}"
+            " {% end if %}\nTYPE endpoint\n")
+    compiled = Project(make_project({"pipes/p.pipe": pipe})).require_valid()
+    assert compiled.pipes["p"].render({"p": "mat"}).endswith("WHERE product = 'mat'")
+    assert compiled.pipes["p"].render({}).endswith("SELECT product FROM sales")
+
+
+def test_paths_inside_a_json_column_read_the_json(make_project):
+    ds = "SCHEMA >\n    `ts` DateTime,\n    `event` JSON `json:$`,\n    `meta` String\n"
+    pipe = ("NODE n\nSQL >\n    %\n    SELECT e.ts, event.data.user_id::String AS user, meta\n    FROM logs AS e\n"
+            "    WHERE e.event.data.kind = {{ String(kind, 'login') }}\n")
+    compiled = Project(make_project({"datasources/logs.datasource": ds, "pipes/p.pipe": pipe})).require_valid()
+    expected = ("SELECT e.ts, CAST(GET_JSON_OBJECT(event, '$.data.user_id') AS STRING) AS user, meta FROM logs AS e "
+                "WHERE GET_JSON_OBJECT(e.event, '$.data.kind') = ")
+    assert compiled.pipes["p"].sql.startswith(expected)
+    assert compiled.pipes["p"].render({"kind": "logout"}) == expected + "'logout'"
+    kept = pickle.loads(pickle.dumps(compiled.pipes["p"].trees))  # as the check cache keeps it: text only
+    assert "GET_JSON_OBJECT(event, '$.data.user_id')" in to_sql(kept[0][1])
+
+
+def test_a_qualified_column_its_source_lacks_is_pf310_at_check(make_project):
+    root = make_project({"pipes/bad.pipe": (
+        "NODE recent\nSQL >\n    SELECT product, amount FROM sales\n"
+        "NODE joined\nSQL >\n    SELECT s.prodct, r.amount, r.ts, p.category\n    FROM sales s\n"
+        "    JOIN recent r ON r.product = s.product\n    JOIN (SELECT product, category FROM products) p "
+        "ON p.product = s.product\nTYPE endpoint\n")})
+    report = Project(root).check()
+    found = sorted((d.message, d.hint, d.location.line) for d in report.errors if d.code == "PF310")
+    assert found == [
+        ("`r.ts`: `recent` has no column `ts`.", "Use a column `recent` has.", 6),
+        ("`s.prodct`: `sales` has no column `prodct`.", "Did you mean `s.product`?", 6),
+    ]
+    # what the sources have passes, in any letter case (Spark compares names case-insensitively)
+    root = make_project({"pipes/bad.pipe": "NODE n\nSQL >\n    SELECT s.PRODUCT, x.a FROM sales s, "
+                                           "(SELECT * FROM products) x\nTYPE endpoint\n"})
+    assert not [d for d in Project(root).check().errors if d.code == "PF310"]

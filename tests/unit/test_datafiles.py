@@ -496,13 +496,76 @@ def test_unknown_keyword_suggests_the_nearest(tmp_path):
     assert pipe_problems == [(1, "Did you mean NODE?"), (5, "Did you mean TYPE?")]
 
 
-def test_block_line_indented_by_two_spaces(tmp_path):
-    resources, diags = load(tmp_path, {"a.datasource": "SCHEMA >\n    `x` INT,\n  `y` STRING\n"})
-    d = only(diags, "PF103")
-    assert d.location == Location("a.datasource", 3, 1)
-    assert d.message == "Block line under SCHEMA is indented by fewer than 4 spaces."
-    # The line still belongs to the block.
-    assert [c.name for c in datasource(resources, "a").columns] == ["x", "y"]
+def test_block_lines_indented_by_fewer_than_four_spaces_belong_to_the_block(tmp_path):
+    # Tinybird accepts any indentation, even none: the block ends at the next keyword line.
+    resources, diags = load(tmp_path, {"a.datasource": "SCHEMA >\n    `x` INT,\n  `y` STRING,\n`z` INT\n\n"
+                                                        "ENGINE_SORTING_KEY x\n"})
+    assert diags == []
+    ds = datasource(resources, "a")
+    assert [(c.name, c.location) for c in ds.columns] == [
+        ("x", Location("a.datasource", 2, 5)), ("y", Location("a.datasource", 3, 3)),
+        ("z", Location("a.datasource", 4, 1))]
+    assert ds.sorting_key == ("x",)
+
+
+def test_unindented_sql_lines_stay_in_the_query(tmp_path):
+    resources, diags = load(tmp_path, {"p.pipe": (
+        "NODE a\nSQL >\n%\n    SELECT day, count() AS n\n    FROM t\n    GROUP BY day\nORDER BY day ASC\n"
+        "{% if defined(x) %}\nLIMIT 1\n{% end %}\n\nTYPE ENDPOINT\n")})
+    assert diags == []
+    node = pipe(resources, "p").nodes[0]
+    assert node.templated and node.type == "endpoint"
+    assert node.sql == ("%\nSELECT day, count() AS n\nFROM t\nGROUP BY day\nORDER BY day ASC\n"
+                        "{% if defined(x) %}\nLIMIT 1\n{% end %}")
+    assert node.sql_location == Location("p.pipe", 3, 1)
+
+
+def test_a_misspelt_keyword_after_a_block_is_reported_not_swallowed(tmp_path):
+    _, diags = load(tmp_path, {"p.pipe": "NODE a\nSQL >\n    SELECT 1\nTYPPE endpoint\n"})
+    d = only(diags, "PF102")
+    assert (d.location, d.hint) == (Location("p.pipe", 4, 1), "Did you mean TYPE?")
+
+
+def test_quoted_engine_values(tmp_path):
+    resources, diags = load(tmp_path, {"a.datasource": (
+        'SCHEMA >\n    `hour` DateTime,\n    `name` String\nENGINE "MergeTree"\n'
+        'ENGINE_PARTITION_KEY "toYYYYMM(hour)"\nENGINE_SORTING_KEY "hour, name"\n'
+        "ENGINE_TTL 'hour + INTERVAL 1 DAY'\nENGINE_VER \"hour\"\n")})
+    assert diags == []
+    ds = datasource(resources, "a")
+    assert (ds.engine, ds.partition_key, ds.sorting_key, ds.ttl) == (
+        "MergeTree", "toYYYYMM(hour)", ("hour", "name"), "hour + INTERVAL 1 DAY")
+    assert ("ENGINE_VER", "hour") in ds.engine_settings
+
+
+def test_connector_settings_are_warnings_not_parse_errors(tmp_path):
+    resources, diags = load(tmp_path, {
+        "a.datasource": ("SCHEMA >\n    `x` INT\nKAFKA_CONNECTION_NAME 'c'\nKAFKA_TOPIC 't'\n"
+                         "IMPORT_SERVICE 'snowflake'\nIMPORT_SCHEDULE '@on-demand'\n"),
+        "p.pipe": "NODE a\nSQL >\n    SELECT 1\nEXPORT_SERVICE 's3'\n",
+    })
+    assert [(d.code, d.severity, d.location.line) for d in diags] == [
+        ("PF110", "warning", 3), ("PF110", "warning", 4), ("PF110", "warning", 5), ("PF110", "warning", 6),
+        ("PF110", "warning", 4)]
+    assert diags[0].message == "The Kafka connector is not supported yet; `KAFKA_CONNECTION_NAME` is ignored."
+    assert diags[2].message == "The Import connector is not supported yet; `IMPORT_SERVICE` is ignored."
+    # A Kafka datasource has the columns Tinybird adds (pipes and keys read them) unless SCHEMA declares them.
+    assert [(c.name, c.type) for c in datasource(resources, "a").columns] == [
+        ("x", "INT"), ("__value", "STRING"), ("__topic", "STRING"), ("__partition", "SMALLINT"),
+        ("__offset", "BIGINT"), ("__timestamp", "TIMESTAMP"), ("__key", "STRING")]
+    resources, diags = load(tmp_path / "declared", {"b.datasource": (
+        "SCHEMA >\n    `__value` String,\n    `__timestamp` DateTime64(3)\nKAFKA_TOPIC 't'\n"
+        'ENGINE_SORTING_KEY "__timestamp, __offset"\n')})
+    columns = [(c.name, c.type) for c in datasource(resources, "b").columns]
+    assert columns[:2] == [("__value", "STRING"), ("__timestamp", "TIMESTAMP")] and len(columns) == 6
+    assert [d.code for d in diags] == ["PF110"]
+
+
+def test_a_token_scope_pipeframe_lacks_is_a_warning(tmp_path):
+    resources, diags = load(tmp_path, {"a.datasource": "TOKEN app CREATE\nTOKEN w APPEND\nSCHEMA >\n    `x` INT\n"})
+    d = only(diags, "PF110")
+    assert (d.severity, d.message) == ("warning", "Token scope CREATE is not supported yet; `TOKEN` is ignored.")
+    assert [t.name for t in datasource(resources, "a").tokens] == ["w"]
 
 
 def test_indented_line_outside_a_block(tmp_path):
@@ -648,10 +711,11 @@ def test_bad_token_and_backfill_lines(tmp_path):
 
 
 def test_line_that_is_not_a_keyword(tmp_path):
-    _, diags = load(tmp_path, {"a.datasource": "SCHEMA >\n    `x` INT\n`y` INT\n"})
+    # After a one-line keyword (no block to continue), a line that starts with no keyword is an error.
+    _, diags = load(tmp_path, {"a.datasource": "SCHEMA >\n    `x` INT\nENGINE MergeTree\n`y` INT\n"})
     d = only(diags, "PF101")
     assert (d.message, d.location) == ("Expected a KEYWORD at the start of the line, found ``y` INT`.",
-                                       Location("a.datasource", 3, 1))
+                                       Location("a.datasource", 4, 1))
 
 
 def test_invalid_resource_file_name(tmp_path):
@@ -727,7 +791,6 @@ TYPE copy
         ("PF102", "datasources/bad.datasource", 1),
         ("PF105", "datasources/bad.datasource", 5),
         ("PF109", "datasources/bad.datasource", 6),
-        ("PF103", "datasources/bad.datasource", 7),
         ("PF101", "datasources/bad.datasource", 8),
         ("PF107", "pipes/bad.pipe", 3),
         ("PF102", "pipes/bad.pipe", 5),
@@ -885,3 +948,12 @@ def test_example_project_datasources():
     assert [(c.name, c.aggregate_function, c.aggregate_args) for c in states.columns] == [
         ("country", None, ()), ("customers", "uniq", ("STRING",)), ("revenue", "sum", ("DOUBLE",))]
     assert states.engine == "AggregatingMergeTree"
+
+
+def test_json_columns_with_clickhouse_settings_are_stored_as_text(tmp_path):
+    resources, diags = load(tmp_path, {"a.datasource": (
+        "SCHEMA >\n    `event` JSON(max_dynamic_types=2, max_dynamic_paths=16) `json:$` DEFAULT '{}',\n"
+        "    `raw` JSON\n")})
+    assert diags == []
+    assert [(c.name, c.type, c.written_type) for c in datasource(resources, "a").columns] == [
+        ("event", "STRING", "JSON(max_dynamic_types=2, max_dynamic_paths=16)"), ("raw", "STRING", "JSON")]

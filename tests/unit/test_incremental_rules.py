@@ -21,7 +21,6 @@ def check(make_project, sql: str, extra: str = ""):
 
 REJECTED = [
     ("PF401", "SELECT product, row_number() OVER (PARTITION BY product ORDER BY ts) AS n\nFROM sales", 3),
-    ("PF402", "SELECT product, amount\nFROM sales\nORDER BY amount", 5),
     ("PF404", "SELECT product, amount\nFROM sales\nLIMIT 10", 5),
     ("PF405", "SELECT product, sum(amount) AS revenue\nFROM sales\nGROUP BY product\nHAVING sum(amount) > 10", 6),
     ("PF403", "SELECT DISTINCT product, count(*) AS n\nFROM sales\nGROUP BY product", 3),
@@ -105,6 +104,48 @@ def test_join_without_dimensions_warns_and_dimensions_silence_it(make_project):
     report, view = check(make_project, sql, extra="DIMENSIONS products\n")
     assert not [d for d in report.diagnostics if d.code == "PF410"]
     assert view.dimensions == ("products",)
+
+
+def test_order_by_warns_and_is_dropped_from_the_views_query(make_project):
+    sql = ("WITH recent AS (SELECT product, amount FROM sales ORDER BY amount)\n"
+           "SELECT product, sum(amount) AS revenue\nFROM recent\nGROUP BY product\nORDER BY revenue DESC")
+    report, view = check(make_project, sql)
+    warnings = [d for d in report.warnings if d.code == "PF402"]
+    assert warnings and "dropped" in warnings[0].message and warnings[0].location.line == 3
+    assert not [d for d in report.errors if d.code == "PF402"]
+    assert view.verdict.status in ("accepted", "rewritten")
+    assert "ORDER BY" not in view.plan.state_sql.upper()
+
+
+def test_a_view_over_an_endpoint_pipe_is_triggered_by_its_datasource(make_project):
+    """As in Tinybird: the pipe's nodes run on each block of new rows, with no request (`defined(x)` is false)."""
+    root = make_project({
+        "pipes/clean_sales.pipe": ("NODE positive\nSQL >\n    SELECT product, amount FROM sales WHERE amount > 0\n"
+                                   "NODE endpoint\nSQL >\n    %\n    SELECT product, amount FROM positive\n"
+                                   "    {% if defined(p) %} WHERE product = {{ String(p) }} {% end %}\n"),
+        "pipes/view.pipe": mv("SELECT product, sum(amount) AS revenue\nFROM clean_sales\nGROUP BY product"),
+    })
+    report = Project(root).check()
+    assert report.ok, [d.format() for d in report.diagnostics]
+    view = report.project.pipes["view"].view
+    assert view.trigger == "sales" and view.verdict.status == "rewritten"
+    state_sql = view.plan.state_sql
+    assert "clean_sales__positive AS (" in state_sql and "amount > 0" in state_sql and "__pf_batch" in state_sql
+    assert "placeholder" not in state_sql and "product =" not in state_sql
+
+
+def test_a_view_over_a_pipe_that_cannot_run_on_a_block_is_rejected_where_it_reads_it(make_project):
+    root = make_project({
+        "datasources/copied.datasource": "SCHEMA >\n    `product` String,\n    `amount` Float64\n",
+        "pipes/snapshot.pipe": ("NODE n\nSQL >\n    SELECT product, amount FROM sales\nTYPE copy\n"
+                                "TARGET_DATASOURCE copied\n"),
+        "pipes/view.pipe": mv("SELECT product, sum(amount) AS revenue\nFROM snapshot\nGROUP BY product"),
+    })
+    report = Project(root).check()
+    found = [d for d in report.errors if d.code == "PF416"]
+    assert found and "`snapshot`" in found[0].message and found[0].hint
+    assert (found[0].location.path, found[0].location.line) == ("pipes/view.pipe", 4)
+    assert report.project.pipes["view"].view.verdict.status == "rejected"
 
 
 def test_accepted_filters_projections_and_union_all(make_project):

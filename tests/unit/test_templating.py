@@ -538,7 +538,7 @@ def test_analysis_reports_invalid_defaults() -> None:
         ("{{ 1 / 0 }}", "ZeroDivisionError"),
         ("{{ ''.__class__.__mro__ }}", "not allowed"),
         ("{{ x.__class__ }}", "not allowed"),
-        ("{{ day_diff(a, b) }}", "`day_diff` is not a template function"),
+        ("{{ week_diff(a, b) }}", "`week_diff` is not a template function"),
         ("{{ 'a' * 10 ** 9 }}", "not allowed"),
         ("{{ 2 ** 100000 }}", "not allowed"),
         ("{% include 'other.sql' %}", "Template failed"),
@@ -553,6 +553,22 @@ def test_template_bugs_become_pf201(sql: str, fragment: str) -> None:
             run()
         assert info.value.code == "PF201"
         assert fragment in info.value.message
+
+
+def test_day_diff_counts_whole_days_either_way_and_is_0_in_analysis() -> None:
+    assert r("{{ day_diff('2019-01-01', '2019-01-01') }}") == "0"
+    assert r("{{ day_diff(a, b) }}", {"a": "2019-01-02", "b": "2019-02-01"}) == "30"
+    assert r("{{ day_diff(a, b) }}", {"a": "2019-02-01", "b": "2019-01-02"}) == "30"
+    assert r("{{ day_diff(a, '2019-01-03 23:59:59') }}", {"a": "2019-01-01 12:00:00"}) == "2"
+    assert r("{{ day_diff(Date(a), Date(b)) }}", {"a": "2024-02-28", "b": "2024-03-01"}) == "2"
+    assert r("{{ day_diff(a, b) }}", {"a": "2019-01-02"}) == "0"  # b not passed
+    assert r("{{ day_diff(a, b, 7) }}", {"a": "2019-01-02"}) == "7"
+    sql = "SELECT 1 {% if defined(a) and day_diff(a, b) == 0 %}AS single_day{% end %}"
+    analysis = a(sql)
+    assert {p.name for p in analysis.parameters} == {"a", "b"}
+    assert r(sql, {"a": "2024-01-01", "b": "2024-01-01"}).strip() == "SELECT 1 AS single_day"
+    problem = err("{{ day_diff(a, b) }}", {"a": "yesterday", "b": "2024-01-01"})
+    assert problem.code == "PF202" and "`a`" in problem.message and "date" in problem.message
 
 
 def test_syntax_error_is_located_on_its_line() -> None:

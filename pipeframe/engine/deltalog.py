@@ -1,0 +1,308 @@
+"""A local Delta table's log read in pure Python: its history, its latest version and its idempotent-write
+versions, from the commit files of `_delta_log/` (and its checkpoints), without a Spark job.
+
+Every answer is the one Delta itself gives for the same table, or None when this module cannot be sure of it
+(no log, commit files removed by log cleanup, a file it cannot read or parse, a layout it does not know); callers
+then ask Spark. What Delta does, and what is copied here:
+
+* `DESCRIBE HISTORY` reads the first `commitInfo` action of each commit file in `[start, latest]` (start =
+  latest - limit + 1, or the earliest commit file without a limit). A commit's timestamp is the file's
+  modification time in milliseconds, not the `timestamp` inside commitInfo, made strictly increasing over the
+  range read (a commit not newer than the one before it gets that one's time + 1 ms). Tables with in-commit
+  timestamps use `inCommitTimestamp` from their enablement version on.
+* pyspark turns the timestamp into a naive datetime in the Python process's local time zone
+  (`datetime.fromtimestamp`); `spark.sql.session.timeZone` plays no part in that conversion.
+* operationParameters are read back as strings: a JSON string stays as it is, true/false/numbers become their
+  JSON text, null stays None.
+* Delta writes a commit file on a local filesystem to a hidden temporary file (`.000…012.json.<uuid>.tmp`) and
+  renames it into place, so a listed commit file is complete; a file that still does not parse is not trusted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeframe.engine.tables import Commit
+
+LOG = "_delta_log"
+_COMMIT_FILE = re.compile(r"(\d{20})\.json")
+# classic single-file and multi-part checkpoints, and V2 (UUID-named, JSON or parquet) checkpoints
+_CHECKPOINT_FILE = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
+_V2_CHECKPOINT_FILE = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
+ICT_ENABLED = "delta.enableInCommitTimestamps"
+ICT_VERSION = "delta.inCommitTimestampEnablementVersion"
+ICT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
+TXN_RETENTION = "delta.setTransactionRetentionDuration"
+
+
+class Unanswerable(Exception):
+    """The log cannot give an exact answer (the caller asks Spark instead)."""
+
+
+@dataclass
+class Listing:
+    """The files of one `_delta_log/` folder, read once."""
+
+    commits: set[int] = field(default_factory=set)
+    checkpoints: dict[int, list[str]] = field(default_factory=dict)  # version → the files of one complete one
+
+    @property
+    def latest(self) -> int:
+        return max(max(self.commits, default=-1), max(self.checkpoints, default=-1))
+
+
+def list_log(folder: str) -> Listing | None:
+    """The commit and checkpoint files of a table's log; None when the folder has no `_delta_log`. Other OS
+    errors are raised."""
+    try:
+        names = os.listdir(os.path.join(folder, LOG))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    listing = Listing()
+    parts: dict[tuple[int, int], set[int]] = {}
+    for name in names:
+        if match := _COMMIT_FILE.fullmatch(name):
+            listing.commits.add(int(match[1]))
+        elif match := _CHECKPOINT_FILE.fullmatch(name):
+            version = int(match[1])
+            if match[2] is None:
+                listing.checkpoints[version] = [name]
+            else:
+                parts.setdefault((version, int(match[3])), set()).add(int(match[2]))
+        elif match := _V2_CHECKPOINT_FILE.fullmatch(name):
+            listing.checkpoints.setdefault(int(match[1]), [name])
+    for (version, count), seen in parts.items():
+        if seen == set(range(1, count + 1)) and version not in listing.checkpoints:
+            listing.checkpoints[version] = [f"{version:020d}.checkpoint.{p:010d}.{count:010d}.parquet"
+                                            for p in range(1, count + 1)]
+    return listing
+
+
+def latest_version(folder: str) -> int | None:
+    """The latest version of the Delta table in a local folder, from the names of its log files: -1 while it has
+    no commit (no `_delta_log` yet, or an empty one), None when the log cannot be listed."""
+    try:
+        listing = list_log(folder)
+    except OSError:
+        return None
+    return -1 if listing is None else listing.latest
+
+
+def history(folder: str, limit: int | None = None) -> list[Commit] | None:
+    """The newest `limit` commits of the table in a local folder, newest first, exactly as `DESCRIBE HISTORY`
+    gives them (see the module's docstring); None when the log cannot say exactly."""
+    from pipeframe.engine.tables import Commit, _pipeframe_metadata
+
+    try:
+        listing = list_log(folder)
+        if listing is None or not listing.commits:
+            return None
+        latest = listing.latest
+        start = max(latest - int(limit) + 1, 0) if limit else min(listing.commits)
+        versions = range(start, latest + 1)
+        if any(v not in listing.commits for v in versions):
+            return None  # removed by log cleanup (or never there): Spark knows what to make of that
+        infos = [_commit_info(_commit_path(folder, v)) for v in versions]
+        stamps = _timestamps(folder, listing, start, infos)
+        commits = []
+        for version, (_, info), ms in zip(versions, infos, stamps, strict=True):
+            commits.append(Commit(version, _local_datetime(ms), ms * 1000 / 1e6, info.get("operation") or "",
+                                  _string_map(info.get("operationParameters")),
+                                  _string_map(info.get("operationMetrics")),
+                                  _pipeframe_metadata(_text(info.get("userMetadata")))))
+    except (OSError, Unanswerable):
+        return None
+    commits.reverse()
+    return commits
+
+
+def transaction_version(folder: str, app_id: str) -> int | None:
+    """The version of the newest idempotent write (`txnAppId`/`txnVersion`) recorded for `app_id` in the table's
+    current snapshot; None when it has none, or when the log cannot say (no log, a gap in it, a transaction
+    retention the snapshot would apply)."""
+    try:
+        listing = list_log(folder)
+        if listing is None or listing.latest < 0:
+            return None
+        found = _snapshot_actions(folder, listing, want_txn=app_id)
+    except (OSError, Unanswerable):
+        return None
+    if TXN_RETENTION in found.configuration():
+        return None  # expired transactions leave the snapshot: let Delta judge
+    return found.txn
+
+
+# ----------------------------------------------------------------------------------------------- internals
+def _commit_path(folder: str, version: int) -> str:
+    return os.path.join(folder, LOG, f"{version:020d}.json")
+
+
+def _commit_info(path: str) -> tuple[int, dict]:
+    """(modification time in ms, the file's first commitInfo action or {}) of one commit file."""
+    stat = os.stat(path)
+    # Java (and so Hadoop's local FileStatus) truncates the modification time to whole milliseconds
+    return stat.st_mtime_ns // 1_000_000, _parse_commit_info(path, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_commit_info(path: str, mtime_ns: int, size: int, inode: int) -> dict:
+    """A commit file's first commitInfo (commit files never change: the stat in the key guards a replaced one)."""
+    if size == 0:
+        raise Unanswerable(path)
+    for action in _actions(path):
+        if "commitInfo" in action:
+            info = action["commitInfo"]
+            if not isinstance(info, dict):
+                raise Unanswerable(path)
+            return info
+    return {}  # no commitInfo: Delta shows an empty entry
+
+
+def _actions(path: str) -> Iterator[dict]:
+    """The actions of a commit (or V2 JSON checkpoint) file, one JSON object a line."""
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+            except ValueError:
+                raise Unanswerable(path) from None
+            if not isinstance(action, dict):
+                raise Unanswerable(path)
+            yield action
+
+
+def _timestamps(folder: str, listing: Listing, start: int, infos: list[tuple[int, dict]]) -> list[int]:
+    """The commit times (ms) `DESCRIBE HISTORY` shows for the commits start, start + 1, ...: file times made
+    strictly increasing, or in-commit timestamps from their enablement on."""
+    ict_from: int | None = None  # the first version whose time is its in-commit timestamp
+    if "inCommitTimestamp" in infos[-1][1]:  # only tables with in-commit timestamps enabled write them
+        config = _snapshot_actions(folder, listing).configuration()
+        if config.get(ICT_ENABLED, "").lower() == "true":
+            enabled_at, enabled_ts = config.get(ICT_VERSION), config.get(ICT_TIMESTAMP)
+            if (enabled_at is None) != (enabled_ts is None):
+                raise Unanswerable("half an in-commit timestamp enablement")  # Delta fails on it too
+            ict_from = int(enabled_at) if enabled_at is not None else start
+    stamps = []
+    for offset, (mtime, info) in enumerate(infos):
+        if ict_from is not None and start + offset >= ict_from:
+            value = info.get("inCommitTimestamp")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise Unanswerable("a commit without its in-commit timestamp")
+            stamps.append(value)
+        elif stamps and stamps[-1] >= mtime:
+            stamps.append(stamps[-1] + 1)
+        else:
+            stamps.append(mtime)
+    return stamps
+
+
+def _local_datetime(ms: int) -> datetime:
+    """What pyspark's `collect()` makes of a TIMESTAMP: a naive datetime in the process's local time zone."""
+    micros = ms * 1000
+    return datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
+
+
+def _text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise Unanswerable(f"not a string: {value!r}")
+    return value
+
+
+def _string_map(value: Any) -> dict:
+    """A commitInfo map as Delta reads it back: str → str (or None)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Unanswerable("not a map")
+    out: dict = {}
+    for key, item in value.items():
+        if item is None or isinstance(item, str):
+            out[key] = item
+        elif isinstance(item, bool):
+            out[key] = "true" if item else "false"
+        elif isinstance(item, int):
+            out[key] = str(item)
+        else:  # floats, lists, objects: Jackson's text for them is not worth guessing
+            raise Unanswerable(f"{key}: {item!r}")
+    return out
+
+
+@dataclass
+class _Found:
+    txn: int | None = None
+    txn_seen: bool = False
+    metadata: dict | None = None
+
+    def configuration(self) -> dict:
+        config = (self.metadata or {}).get("configuration") or {}
+        if isinstance(config, list):  # a parquet map read by pyarrow: (key, value) pairs
+            config = dict(config)
+        return config if isinstance(config, dict) else {}
+
+
+def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None) -> _Found:
+    """The current metaData action (and the newest txn of `want_txn`) of a table: commit files newest first,
+    then the newest checkpoint they reach back to."""
+    found = _Found()
+    latest = listing.latest
+    base = max((v for v in listing.checkpoints if v <= latest and all(
+        c in listing.commits for c in range(v + 1, latest + 1))), default=None)
+    first = 0 if base is None else base + 1
+    if any(v not in listing.commits for v in range(first, latest + 1)):
+        raise Unanswerable("commit files missing and no checkpoint before them")
+
+    def take(actions: Iterator[dict]) -> None:
+        """One file's metaData and txn of `want_txn`: the last of each in it (Delta applies them in order);
+        a newer file's win over an older one's."""
+        meta = txn = None
+        for action in actions:
+            if isinstance(action.get("metaData"), dict):
+                meta = action["metaData"]
+            entry = action.get("txn")
+            if want_txn is not None and isinstance(entry, dict) and entry.get("appId") == want_txn:
+                txn = entry
+        if found.metadata is None and meta is not None:
+            found.metadata = meta
+        if not found.txn_seen and txn is not None:
+            version = txn.get("version")
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise Unanswerable("a txn action without a version")
+            found.txn, found.txn_seen = version, True
+
+    for version in range(latest, first - 1, -1):
+        take(_actions(_commit_path(folder, version)))
+        if found.metadata is not None and (want_txn is None or found.txn_seen):
+            return found
+    if base is not None:
+        for name in listing.checkpoints[base]:  # a checkpoint holds each appId once, and one metaData
+            path = os.path.join(folder, LOG, name)
+            take(_actions(path) if name.endswith(".json") else _parquet_actions(path))
+    if found.metadata is None:
+        raise Unanswerable("no metaData action in the log")
+    return found
+
+
+def _parquet_actions(path: str) -> Iterator[dict]:
+    """The txn and metaData actions of a parquet checkpoint (part)."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        columns = [c for c in ("txn", "metaData") if c in schema.names]
+        table = pq.read_table(path, columns=columns)
+    except Exception as exc:  # noqa: BLE001 — an unreadable checkpoint: let Spark read it
+        raise Unanswerable(f"{path}: {exc}") from None
+    for column in columns:
+        for value in table.column(column).to_pylist():
+            if value is not None:
+                yield {column: value}

@@ -1,0 +1,292 @@
+"""Group commit: appends of NDJSON lines to one datasource that arrive together (HTTP events, `Project.append` from
+several threads) share one Delta commit, as a database shares one log flush between transactions.
+
+Each datasource has a queue and one thread that commits it. A request waits in the queue until the group it joined
+is committed, and is acknowledged only then: never from memory alone. A request lands whole or not at all (its
+lines are never split between commits). The group is cut when it holds `flush_rows` lines or `flush_bytes` bytes,
+or its first request has waited `flush_ms`; while one commit is written the next group gathers, so the busier the
+datasource the larger its commits. Above `buffer_bytes` waiting, a request is refused (PF819, HTTP 429) instead of
+growing memory without bound.
+
+An idempotency key makes a retried request land once: the keys of a commit are kept in its userMetadata with what
+each request landed, so they survive a restart; a key already committed is answered from there, a key whose request
+is still waiting shares its outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pipeframe.config import IngestSettings
+from pipeframe.engine import tables
+from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines
+from pipeframe.errors import PipeframeError
+from pipeframe.sqltext import first_line
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipeframe.datafiles.model import Datasource
+    from pipeframe.engine.warehouse import Warehouse
+    from pipeframe.plan.snapshot import DeployedResource
+
+# How far back a datasource's commits are searched for idempotency keys (once per process and datasource).
+KEY_COMMITS = 1000
+RATE_SECONDS = 60.0  # the window of the rows/s figures
+IDLE_SECONDS = 30.0  # a datasource's committing thread ends after this long without requests
+
+Target = Callable[[str], "tuple[DeployedResource, Datasource]"]
+
+
+def committed_keys(spark: SparkSession, path: str, limit: int = KEY_COMMITS) -> dict[str, IngestResult]:
+    """The idempotency keys recorded in a table's newest `limit` commits, each with what its request landed."""
+    found: dict[str, IngestResult] = {}
+    for commit in tables.history(spark, path, limit):
+        for key, counts in (commit.metadata.get("keys") or {}).items():
+            if key not in found and isinstance(counts, list) and len(counts) == 2:
+                found[key] = IngestResult("", int(counts[0]), int(counts[1]), commit.version, replayed=True)
+    return found
+
+
+@dataclass
+class _Request:
+    lines: list[str]
+    key: str | None
+    size: int
+    arrived: float
+    done: Future = field(default_factory=Future)
+
+
+@dataclass
+class IngestStats:
+    """What `GET /v0/ingest` shows for one datasource."""
+
+    commits: int = 0
+    requests: int = 0
+    rows: int = 0
+    quarantined: int = 0
+    rejected: int = 0  # requests refused with 429
+    failed: int = 0  # requests whose commit failed
+    replayed: int = 0  # requests answered from an idempotency key
+    buffered_requests: int = 0
+    buffered_bytes: int = 0
+    last_commit_version: int | None = None
+    last_commit_ms: float | None = None  # how long the last commit took
+    recent: deque = field(default_factory=deque)  # (time, rows) of the last RATE_SECONDS
+
+    def rows_per_second(self, now: float) -> float:
+        while self.recent and self.recent[0][0] < now - RATE_SECONDS:
+            self.recent.popleft()
+        return sum(rows for _, rows in self.recent) / RATE_SECONDS
+
+    def to_json(self, now: float) -> dict:
+        return {"commits": self.commits, "requests": self.requests, "rows": self.rows,
+                "quarantined_rows": self.quarantined, "rows_per_second": round(self.rows_per_second(now), 1),
+                "rejected_requests": self.rejected, "failed_requests": self.failed,
+                "replayed_requests": self.replayed, "buffered_requests": self.buffered_requests,
+                "buffered_bytes": self.buffered_bytes, "last_commit_version": self.last_commit_version,
+                "last_commit_ms": None if self.last_commit_ms is None else round(self.last_commit_ms, 1)}
+
+
+class _Queue:
+    """One datasource's waiting requests, its committing thread, its known keys and its figures."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cond = threading.Condition()
+        self.pending: list[_Request] = []
+        self.waiting: dict[str, Future] = {}  # idempotency keys of requests not committed yet
+        self.keys: dict[str, IngestResult] | None = None  # committed keys, read on first use
+        self.stats = IngestStats()
+        self.thread: threading.Thread | None = None
+        self.committed = 0.0  # when the last commit ended (time.monotonic)
+
+
+class GroupCommitter:
+    """The group commits of one warehouse's landing datasources. `target(name)` gives a datasource's deployed table
+    and its definition (raising the user's error for an unknown one); it is asked again for every commit, so a
+    deploy in between is followed. `on_commit(name, version)` is told of every commit (the continuous
+    materializer wakes on it); what it returns is kept on the requests' results (`IngestResult.mark`)."""
+
+    def __init__(self, spark: SparkSession, warehouse: Warehouse, target: Target, settings: IngestSettings,
+                 on_commit: Callable[[str, int], object] | None = None) -> None:
+        self.spark = spark
+        self.ingestor = Ingestor(spark, warehouse)
+        self.target = target
+        self.settings = settings
+        self.on_commit = on_commit or (lambda _name, _version: None)
+        self._queues: dict[str, _Queue] = {}
+        self._guard = threading.Lock()
+        self._stopped = False
+
+    # ------------------------------------------------------------------------------------ submit
+    def submit(self, name: str, lines: list[str], key: str | None = None) -> Future:
+        """Queue NDJSON lines for `name`; the future gives the IngestResult once they are committed."""
+        table, _definition = self.target(name)  # an unknown datasource is refused now, not in the committer
+        queue = self._queue(name)
+        size = sum(len(line) + 1 for line in lines)
+        with queue.cond:
+            if key is not None:
+                known = self._keys(queue, table).get(key)
+                if known is not None:
+                    queue.stats.replayed += 1
+                    return _resolved(replace(known, datasource=name))
+                if key in queue.waiting:
+                    queue.stats.replayed += 1
+                    return queue.waiting[key]
+            if self._stopped:
+                raise PipeframeError("PF819", f"`{name}` takes no more rows: the server is stopping.",
+                                     "Send the request again to the server once it is back.", http_status=503)
+            if queue.pending and queue.stats.buffered_bytes + size > self.settings.buffer_bytes:
+                queue.stats.rejected += 1
+                raise PipeframeError(
+                    "PF819", f"`{name}` has {queue.stats.buffered_bytes:,} bytes waiting to be committed, more than "
+                    f"ingest.buffer_bytes ({self.settings.buffer_bytes:,}).",
+                    "Retry after the Retry-After seconds, with the same Idempotency-Key; send fewer, larger "
+                    "requests, or raise ingest.buffer_bytes in pipeframe.yaml.", http_status=429)
+            request = _Request(lines, key, size, time.monotonic())
+            queue.pending.append(request)
+            queue.stats.buffered_requests += 1
+            queue.stats.buffered_bytes += size
+            if key is not None:
+                queue.waiting[key] = request.done
+            if queue.thread is None:
+                queue.thread = threading.Thread(target=self._run, args=(queue,), daemon=True,
+                                                name=f"pipeframe-commit-{name}")
+                queue.thread.start()
+            queue.cond.notify_all()
+        return request.done
+
+    def append(self, name: str, lines: list[str], key: str | None = None) -> IngestResult:
+        """`submit` and wait for the commit."""
+        return self.submit(name, lines, key).result()
+
+    def stats(self) -> dict[str, dict]:
+        now = time.time()
+        with self._guard:
+            queues = list(self._queues.values())
+        return {q.name: q.stats.to_json(now) for q in sorted(queues, key=lambda q: q.name)}
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Commit what is waiting, then stop the committing threads."""
+        self._stopped = True
+        with self._guard:
+            queues = list(self._queues.values())
+        for queue in queues:
+            with queue.cond:
+                queue.cond.notify_all()
+            if queue.thread is not None:
+                queue.thread.join(timeout)
+
+    # ------------------------------------------------------------------------------------ commit
+    def _queue(self, name: str) -> _Queue:
+        with self._guard:
+            if name not in self._queues:
+                self._queues[name] = _Queue(name)
+            return self._queues[name]
+
+    def _keys(self, queue: _Queue, table: DeployedResource) -> dict[str, IngestResult]:
+        if queue.keys is None:
+            queue.keys = committed_keys(self.spark, table.path or "")
+        return queue.keys
+
+    def _run(self, queue: _Queue) -> None:
+        from pipeframe.engine.session import scheduler_pool
+
+        scheduler_pool(self.spark, "ingest")
+        while True:
+            with queue.cond:
+                idle = time.monotonic()
+                while not queue.pending:
+                    if self._stopped or time.monotonic() - idle > IDLE_SECONDS:
+                        queue.thread = None  # the next submit starts another
+                        return
+                    queue.cond.wait(1.0)
+                group = self._gather(queue)
+            self._commit(queue, group)
+
+    def _gather(self, queue: _Queue) -> list[_Request]:
+        """Wait (holding no commit) until the group is full or its first request has waited `flush_ms`, then take
+        it off the queue."""
+        settings = self.settings
+        # The clock starts when the first request arrived, but not before the previous commit ended: the clients
+        # it just answered need a moment to send their next requests, which then join this group.
+        deadline = max(queue.pending[0].arrived, queue.committed) + settings.flush_ms / 1000
+        while not self._stopped:
+            rows = sum(len(r.lines) for r in queue.pending)
+            left = deadline - time.monotonic()
+            if rows >= settings.flush_rows or queue.stats.buffered_bytes >= settings.flush_bytes or left <= 0:
+                break
+            queue.cond.wait(left)
+        group, rows, size = [], 0, 0
+        for request in queue.pending:
+            if group and (rows + len(request.lines) > settings.flush_rows or size + request.size > settings.flush_bytes):
+                break
+            group.append(request)
+            rows, size = rows + len(request.lines), size + request.size
+        del queue.pending[:len(group)]
+        return group
+
+    def _commit(self, queue: _Queue, group: list[_Request]) -> None:
+        started = time.monotonic()
+        stats = queue.stats
+        try:
+            table, definition = self.target(queue.name)
+            lines, parts = [], []
+            for index, request in enumerate(group):
+                lines += request.lines
+                parts += [index] * len(request.lines)
+            batch = Batch(conform_lines(self.spark, lines, definition, parts), "events")
+            sizes = [sum(1 for line in r.lines if line.strip()) for r in group]
+            version, landed = self.ingestor.commit(table, batch, len(group), [r.key for r in group],
+                                                   metadata={"op": "events", "requests": len(group)}, sizes=sizes)
+        except Exception as exc:  # noqa: BLE001 — every request of the group fails with it; none landed
+            queue.committed = time.monotonic()
+            with queue.cond:
+                self._settle(queue, group)
+                stats.failed += len(group)
+            error = exc if isinstance(exc, PipeframeError) else PipeframeError(
+                "PF718", f"Cannot commit rows to `{queue.name}`: {first_line(exc)}",
+                "Nothing of the request landed: send it again (with the same Idempotency-Key).", http_status=503)
+            for request in group:
+                request.done.set_exception(error)
+            return
+        results = [IngestResult(queue.name, part.accepted, part.quarantined, version, part.reasons)
+                   for part in landed]
+        with queue.cond:
+            self._settle(queue, group)
+            keys = self._keys(queue, table)
+            for request, result in zip(group, results, strict=True):
+                if request.key is not None:
+                    keys[request.key] = replace(result, replayed=True)
+            accepted = sum(r.accepted for r in results)
+            stats.commits += 1
+            stats.requests += len(group)
+            stats.rows += accepted
+            stats.quarantined += sum(r.quarantined for r in results)
+            stats.last_commit_version = version
+            stats.last_commit_ms = (time.monotonic() - started) * 1000
+            stats.recent.append((time.time(), accepted))
+        queue.committed = time.monotonic()
+        mark = self.on_commit(queue.name, version) if version is not None else None
+        for request, result in zip(group, results, strict=True):
+            request.done.set_result(replace(result, mark=mark))
+
+    @staticmethod
+    def _settle(queue: _Queue, group: list[_Request]) -> None:
+        for request in group:
+            queue.stats.buffered_requests -= 1
+            queue.stats.buffered_bytes -= request.size
+            if request.key is not None:
+                queue.waiting.pop(request.key, None)
+
+
+def _resolved(result: IngestResult) -> Future:
+    future: Future = Future()
+    future.set_result(result)
+    return future

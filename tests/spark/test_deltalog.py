@@ -1,0 +1,175 @@
+"""engine.deltalog against real Delta tables: the history read from `_delta_log` equals DESCRIBE HISTORY's (the
+Spark path of tables.history) field by field, for every kind of commit, every limit, a checkpointed log, shuffled
+file times and other time zones; idempotent-write versions agree with what Delta skips; a log it cannot read
+exactly sends tables.history back to Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeframe.engine import deltalog, tables
+from pipeframe.engine.warehouse import IO, local_version
+from pipeframe.sqltext import quote_path
+
+
+def spark_history(monkeypatch: pytest.MonkeyPatch, spark, path: str, limit: int | None) -> list[tables.Commit]:
+    """tables.history as it reads without the commit files: DESCRIBE HISTORY."""
+    with monkeypatch.context() as patch:
+        patch.setattr(deltalog, "history", lambda folder, limit=None: None)
+        before = IO["history"]
+        commits = tables.history(spark, path, limit)
+        assert IO["history"] == before + 1
+    return commits
+
+
+def assert_same_history(monkeypatch, spark, path: str, limits=(None, 1, 2, 3, 5, 8, 13, 100)) -> None:
+    for limit in limits:
+        expected = spark_history(monkeypatch, spark, path, limit)
+        before = IO["history"]
+        actual = tables.history(spark, path, limit)
+        assert IO["history"] == before, "the commit files answered: no DESCRIBE HISTORY"
+        assert deltalog.history(path, limit) == actual
+        assert len(actual) == len(expected), limit
+        for mine, theirs in zip(actual, expected, strict=True):
+            for name in ("version", "timestamp", "epoch", "operation", "parameters", "metrics", "metadata"):
+                assert getattr(mine, name) == getattr(theirs, name), (limit, mine.version, name)
+        assert actual == expected
+
+
+def append(spark, path: str, rows: list[tuple[int, str]], **options) -> None:
+    writer = spark.createDataFrame(rows, "id INT, v STRING").write.format("delta").mode("append")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save(path)
+
+
+@pytest.fixture(scope="module")
+def table(spark, spark_config) -> str:
+    """One table through every kind of commit, checkpointed every 4 commits."""
+    path = str(Path(spark_config.warehouse_uri) / "tests" / "deltalog_every_commit")
+    shutil.rmtree(path, ignore_errors=True)
+    spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA "
+              "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', 'delta.checkpointInterval' = '4')")
+    meta = {"pipeframe": {"view": "v", "source": "s", "source_version": 4, "source_path": "/s"}}
+    append(spark, path, [(1, "a"), (2, "b")], userMetadata=json.dumps(meta), txnAppId="app", txnVersion=4)
+    append(spark, path, [(3, "c")], txnAppId="other", txnVersion=1)
+    spark.createDataFrame([(1, "a"), (2, "b"), (4, "d")], "id INT, v STRING").write.format("delta") \
+        .mode("overwrite").save(path)
+    spark.sql(f"DELETE FROM {quote_path(path)} WHERE id = 1")
+    spark.sql(f"UPDATE {quote_path(path)} SET v = 'z' WHERE id = 2")
+    spark.sql(f"MERGE INTO {quote_path(path)} t USING (SELECT 2 AS id, 'm' AS v UNION ALL SELECT 5, 'n') s "
+              "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    spark.sql(f"OPTIMIZE {quote_path(path)} ZORDER BY (v)")
+    spark.sql(f"ALTER TABLE {quote_path(path)} SET TBLPROPERTIES ('pipeframe.note' = 'x')")
+    meta["pipeframe"]["source_version"] = 9
+    append(spark, path, [(6, "e")], userMetadata=json.dumps(meta), txnAppId="app", txnVersion=9)
+    append(spark, path, [(7, "f")], userMetadata=json.dumps({"pipeframe": {"op": "compact"}}))
+    return path
+
+
+def test_history_equals_describe_history(spark, table, monkeypatch):
+    log = Path(table) / "_delta_log"
+    assert any(name.endswith(".checkpoint.parquet") for name in os.listdir(log))
+    commits = tables.history(spark, table)
+    assert [c.operation for c in reversed(commits)] == [
+        "CREATE TABLE", "WRITE", "WRITE", "WRITE", "DELETE", "UPDATE", "MERGE", "OPTIMIZE", "SET TBLPROPERTIES",
+        "WRITE", "WRITE"]
+    assert_same_history(monkeypatch, spark, table)
+    assert tables.read_watermark(spark, table) == tables.Watermark(9, "/s", commits[1])
+    assert tables.initial_watermark(spark, table).source_version == 4
+    assert [c.version for c in tables.commits_between(spark, table, 3, 6)] == [4, 5, 6]
+    assert tables.latest_commit(spark, table) == commits[0]
+    assert deltalog.latest_version(table) == local_version(table) == commits[0].version == 10
+
+
+def test_history_in_other_time_zones(spark, table, monkeypatch):
+    """The session's time zone plays no part; the Python process's local one does, on both paths."""
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    monkeypatch.setenv("TZ", "America/Sao_Paulo")
+    time.tzset()
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+        assert_same_history(monkeypatch, spark, table, limits=(None, 3))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_file_times_out_of_order_are_monotonized_like_delta(spark, table, monkeypatch, tmp_path):
+    copy = str(tmp_path / "shuffled")
+    shutil.copytree(table, copy)  # copy2 keeps the file times
+    log = Path(copy) / "_delta_log"
+
+    def mtime(version: int) -> int:
+        return os.stat(log / f"{version:020d}.json").st_mtime_ns
+
+    def touch(version: int, ns: int) -> None:
+        os.utime(log / f"{version:020d}.json", ns=(ns, ns))
+
+    touch(3, mtime(2))  # the same millisecond as the commit before
+    touch(4, mtime(2) - 60_000_000_000)  # a minute older than it
+    touch(8, mtime(7) + 400_000)  # within the same millisecond, later
+    touch(9, mtime(8) - 1_000_000)
+    touch(10, mtime(9) - 1_000_000)
+    assert_same_history(monkeypatch, spark, copy)
+
+
+def test_transaction_versions_agree_with_the_writes_delta_skips(spark, table, tmp_path):
+    assert deltalog.transaction_version(table, "app") == 9
+    assert deltalog.transaction_version(table, "other") == 1
+    assert deltalog.transaction_version(table, "nobody") is None
+    copy = str(tmp_path / "txn")
+    shutil.copytree(table, copy)
+    log = Path(copy) / "_delta_log"
+    # with the commit files before the newest checkpoint cleaned up, the checkpoint answers for "other"
+    checkpoint = max(int(n[:20]) for n in os.listdir(log) if n.endswith(".checkpoint.parquet"))
+    assert checkpoint > 2
+    for version in range(checkpoint):
+        (log / f"{version:020d}.json").unlink()
+    assert deltalog.transaction_version(copy, "other") == 1
+    assert deltalog.transaction_version(copy, "app") == 9
+    latest = deltalog.latest_version(copy)
+    append(spark, copy, [(8, "g")], txnAppId="app", txnVersion=9)  # replayed: Delta skips them
+    append(spark, copy, [(8, "g")], txnAppId="other", txnVersion=1)
+    assert deltalog.latest_version(copy) == latest
+    append(spark, copy, [(8, "g")], txnAppId="other", txnVersion=2)  # newer: committed
+    assert deltalog.latest_version(copy) == latest + 1
+    assert deltalog.transaction_version(copy, "other") == 2
+    assert deltalog.transaction_version(copy, "app") == 9
+
+
+def test_a_cleaned_or_missing_log_falls_back_to_spark(spark, table, monkeypatch, tmp_path):
+    copy = str(tmp_path / "cleaned")
+    shutil.copytree(table, copy)
+    log = Path(copy) / "_delta_log"
+    for version in range(4):  # log cleanup: the checkpoint at 4 remains
+        (log / f"{version:020d}.json").unlink()
+    assert_same_history(monkeypatch, spark, copy, limits=(None, 1, 7))  # the files that remain answer
+    assert deltalog.history(copy, 8) is None  # version 3 is gone: Spark decides
+    before = IO["history"]
+    assert tables.history(spark, copy, 8) == spark_history(monkeypatch, spark, copy, 8)
+    assert IO["history"] == before + 2
+    assert [c.version for c in tables.history(spark, copy, 8)] == list(range(10, 3, -1))  # Delta skips the gap
+    (log / f"{10:020d}.json").write_text('{"commitInfo": {"timesta')  # unreadable newest commit
+    assert deltalog.history(copy, 1) is None
+    assert deltalog.history(str(tmp_path / "nothing"), 1) is None
+    assert deltalog.latest_version(str(tmp_path / "nothing")) == -1
+
+
+def test_in_commit_timestamps(spark, spark_config, monkeypatch):
+    path = str(Path(spark_config.warehouse_uri) / "tests" / "deltalog_ict")
+    shutil.rmtree(path, ignore_errors=True)
+    spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA")
+    append(spark, path, [(1, "a")])
+    spark.sql(f"ALTER TABLE {quote_path(path)} SET TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')")
+    append(spark, path, [(2, "b")])
+    append(spark, path, [(3, "c")])
+    assert "inCommitTimestamp" in (Path(path) / "_delta_log" / f"{4:020d}.json").read_text()
+    assert_same_history(monkeypatch, spark, path, limits=(None, 1, 2, 3, 4))

@@ -1,0 +1,184 @@
+"""Real-time ingestion on a real uvicorn server over real Spark + Delta: group commit (concurrent requests share
+commits, each lands whole), Tinybird's answers (202 once committed, 200 with wait=true once the views applied
+the rows, 429 with Retry-After when the buffer is full), idempotency keys (a retried request lands once, also
+after a restart, also from the CLI's Python API), and the figures of `GET /v0/ingest` and the views API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from pipeframe.project import Project
+from pipeframe.server import RunningServer, Service, start_server
+from tests.spark.conftest import deployed
+
+EVENTS = """\
+SCHEMA >
+    `ts` TIMESTAMP `json:$.ts`,
+    `user_id` STRING `json:$.user`,
+    `amount` DOUBLE `json:$.amount`
+"""
+BY_USER = """\
+NODE by_user
+SQL >
+    SELECT user_id, count(*) AS orders, sum(amount) AS revenue
+    FROM events
+    GROUP BY user_id
+TYPE materialized
+DATASOURCE by_user
+"""
+TOTAL = """\
+NODE total
+SQL >
+    SELECT sum(orders) AS orders, sum(revenue) AS revenue
+    FROM by_user
+TYPE materialized
+DATASOURCE total
+"""
+FILES = {"datasources/events.datasource": EVENTS, "pipes/by_user.pipe": BY_USER, "pipes/total.pipe": TOTAL}
+
+
+@pytest.fixture(scope="module")
+def project(spark, spark_config) -> Project:
+    return deployed(spark, spark_config, "events_api", FILES)
+
+
+@pytest.fixture
+def server(project: Project) -> Iterator[RunningServer]:
+    running = start_server(Service(Project(project.root, spark=project.spark, environ={})), "127.0.0.1", 0)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def post(url: str, rows: list, *, wait: bool = False, key: str | None = None) -> httpx.Response:
+    body = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+    headers = {"Idempotency-Key": key} if key else {}
+    params = {"name": "events", **({"wait": "true"} if wait else {})}
+    return httpx.post(f"{url}/v0/events", params=params, content=body.encode(), headers=headers, timeout=300)
+
+
+def rows(user: str, n: int, amount: float = 1.0) -> list[dict]:
+    return [{"ts": "2024-06-01 10:00:00", "user": user, "amount": amount} for _ in range(n)]
+
+
+def source_rows(project: Project, user: str) -> int:
+    path = project.warehouse.snapshot(fresh=True).table("events").path
+    return project.spark.read.format("delta").load(path).where(f"user_id = '{user}'").count()
+
+
+def view_orders(project: Project, user: str) -> int:
+    answer = project.query(f"SELECT orders FROM by_user WHERE user_id = '{user}'").collect()
+    return int(answer[0][0]) if answer else 0
+
+
+def test_concurrent_requests_share_commits_and_each_lands_whole(server: RunningServer, project: Project):
+    users = [f"g{i}" for i in range(24)]
+    before = server.service.committer.stats().get("events", {}).get("commits", 0)
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda u: post(server.url, [*rows(u, 5), "{broken"]), users))
+    assert [a.status_code for a in answers] == [202] * len(users), [a.text for a in answers]
+    assert {(a.json()["successful_rows"], a.json()["quarantined_rows"]) for a in answers} == {(5, 1)}
+    versions = {a.json()["version"] for a in answers}
+    stats = server.service.committer.stats()["events"]
+    assert stats["commits"] - before == len(versions) < len(users)  # requests were grouped into fewer commits
+    assert stats["requests"] >= len(users) and stats["buffered_requests"] == 0
+    assert all(source_rows(project, u) == 5 for u in users)  # each request landed whole, exactly once
+
+    figures = httpx.get(f"{server.url}/v0/ingest").json()["datasources"]["events"]
+    assert figures["commits"] == stats["commits"] and figures["rows_per_second"] > 0
+
+
+def test_wait_answers_once_every_view_applied_the_rows_and_without_wait_they_follow(server, project):
+    waited = post(server.url, rows("w1", 3, 2.0), wait=True)
+    assert waited.status_code == 200, waited.text
+    assert {v["view"]: v["outcome"] for v in waited.json()["views"]} == {"by_user": "applied", "total": "applied"}
+    assert view_orders(project, "w1") == 3  # visible the moment the answer arrives
+
+    accepted = post(server.url, rows("w2", 4))
+    assert accepted.status_code == 202 and "views" not in accepted.json()
+    deadline = time.monotonic() + 120
+    while view_orders(project, "w2") != 4 and time.monotonic() < deadline:  # the background loop applies them
+        time.sleep(0.2)
+    assert view_orders(project, "w2") == 4
+    status = httpx.get(f"{server.url}/v0/views/by_user").json()
+    assert status["lag_versions"] == 0 and status["lag_ms"] == 0 and status["rows_per_second"] > 0
+    assert status["visible_ms"] is not None and status["visible_ms"] >= 0
+
+
+def test_a_retried_request_lands_once_also_after_a_restart(project: Project, server: RunningServer):
+    first = post(server.url, rows("k1", 2) + ["[1]"], key="order-77")
+    again = post(server.url, rows("k1", 2) + ["[1]"], key="order-77")
+    assert first.status_code == again.status_code == 202
+    assert "idempotent-replayed" not in first.headers and again.headers["idempotent-replayed"] == "true"
+    assert (again.json()["successful_rows"], again.json()["quarantined_rows"], again.json()["version"]) == (
+        2, 1, first.json()["version"])
+    server.stop()
+
+    restarted = start_server(Service(Project(project.root, spark=project.spark, environ={})), "127.0.0.1", 0)
+    try:
+        third = post(restarted.url, rows("k1", 2), key="order-77", wait=True)
+        assert third.status_code == 200 and third.headers["idempotent-replayed"] == "true"
+        other = post(restarted.url, rows("k1", 1), key="order-78", wait=True)
+        assert other.json()["successful_rows"] == 1 and "idempotent-replayed" not in other.headers
+    finally:
+        restarted.stop()
+    assert source_rows(project, "k1") == 3 and view_orders(project, "k1") == 3
+
+
+def test_the_python_api_keys_files_too(project: Project, tmp_path):
+    data = tmp_path / "batch.ndjson"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows("f1", 3)))
+    fresh = Project(project.root, spark=project.spark, environ={})
+    landed = fresh.append("events", str(data), idempotency_key="file-1")
+    replayed = fresh.append("events", str(data), idempotency_key="file-1")
+    assert (landed.accepted, landed.replayed, replayed.replayed, replayed.version) == (3, False, True, landed.version)
+    assert replayed.views == () and source_rows(project, "f1") == 3 and view_orders(project, "f1") == 3
+
+    held = fresh.append("events", rows("f2", 2), views=False)  # committed only: the views wait for a refresh
+    assert held.views == () and view_orders(project, "f2") == 0
+    assert {r.view for r in fresh.refresh() if r.outcome == "applied"} == {"by_user", "total"}
+    assert view_orders(project, "f2") == 2
+
+
+def test_threads_appending_through_the_python_api_share_commits(project: Project):
+    fresh = Project(project.root, spark=project.spark, environ={})
+    barrier = threading.Barrier(8)
+
+    def append(i: int):
+        barrier.wait()
+        return fresh.append("events", rows(f"t{i}", i + 1), views=False)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(append, range(8)))
+    assert [r.accepted for r in results] == [i + 1 for i in range(8)]
+    assert len({r.version for r in results}) < 8
+    assert all(source_rows(project, f"t{i}") == i + 1 for i in range(8))
+
+
+def test_a_full_buffer_answers_429_with_retry_after(spark, spark_config):
+    slow = deployed(spark, spark_config, "events_buffer", FILES,
+                    "ingest:\n  flush_ms: 4000\n  buffer_bytes: 200\n")
+    running = start_server(Service(slow), "127.0.0.1", 0)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(post, running.url, rows("b1", 2))  # waits 4 s in the buffer for company
+            deadline = time.monotonic() + 60
+            while running.service.committer.stats().get("events", {}).get("buffered_requests") != 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            refused = post(running.url, rows("b2", 3))
+            assert refused.status_code == 429 and refused.json()["code"] == "PF819"
+            assert int(refused.headers["retry-after"]) >= 1 and "buffer_bytes" in refused.json()["hint"]
+            assert waiting.result().status_code == 202
+        assert httpx.get(f"{running.url}/v0/ingest").json()["datasources"]["events"]["rejected_requests"] == 1
+    finally:
+        running.stop()
+    assert source_rows(slow, "b1") == 2 and source_rows(slow, "b2") == 0

@@ -1,0 +1,266 @@
+"""ClickHouse (Tinybird) SQL → Spark SQL: each transform of compiler/clickhouse.py on its own, then through
+parse_select as `check` uses it: Spark SQL passes unchanged, ClickHouse is translated, the rest is PF309 at file:line."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from pipeframe.compiler import clickhouse as ch
+from pipeframe.compiler.sql import parse_select, to_sql
+from pipeframe.errors import Location, PipeframeError
+
+BASE = Location("pipes/p.pipe", 10, 5)
+
+
+def spark(sql: str) -> str:
+    return to_sql(parse_select(sql, BASE))
+
+
+def problems(sql: str) -> list[tuple[str, Location]]:
+    with pytest.raises(PipeframeError) as err:
+        parse_select(sql, BASE)
+    assert {d.code for d in err.value.diagnostics} == {"PF309"}
+    return [(d.message, d.location) for d in err.value.diagnostics]
+
+
+def transformed(transform: ch.Transform, sql: str) -> tuple[str, list[ch.Problem]]:
+    found: list[ch.Problem] = []
+    tree = transform(sqlglot.parse_one(sql, read="clickhouse"), found)
+    return tree.sql(dialect="spark", normalize_functions=False), found
+
+
+# ------------------------------------------------------------------------------------------ transforms
+
+@pytest.mark.parametrize(("written", "expected"), [
+    ("toDateTime(x)", "CAST(x AS TIMESTAMP)"),
+    ("toDate(toDateTime(x))", "CAST(CAST(x AS TIMESTAMP) AS DATE)"),
+    ("toString(n)", "CAST(n AS STRING)"),
+    ("toUInt32(n)", "CAST(n AS BIGINT)"),
+    ("toFloat64OrZero(s)", "COALESCE(TRY_CAST(s AS DOUBLE), CAST(0 AS DOUBLE))"),
+    ("fromUnixTimestamp64Milli(ms)", "timestamp_millis(ms)"),
+    ("toYYYYMM(ts)", "(YEAR(ts) * 100 + MONTH(ts))"),
+    ("toIntervalDay(90)", "make_dt_interval(90)"),
+    ("addMinutes(ts, 5)", "(ts + make_dt_interval(0, 0, 5))"),
+    ("today()", "CURRENT_DATE"),
+    ("now()", "CURRENT_TIMESTAMP()"),
+    ("toStartOfFifteenMinutes(ts)", "timestamp_seconds(FLOOR(UNIX_TIMESTAMP(ts) / 900) * 900)"),
+    ("toStartOfInterval(ts, INTERVAL 10 minute)", "timestamp_seconds(FLOOR(UNIX_TIMESTAMP(ts) / 600) * 600)"),
+    ("multiIf(a > 1, 'big', a > 0, 'small', 'none')",
+     "CASE WHEN a > 1 THEN 'big' WHEN a > 0 THEN 'small' ELSE 'none' END"),
+    ("path(url)", "COALESCE(PARSE_URL(url, 'PATH'), '')"),
+    ("groupUniqArray(x)", "COLLECT_SET(x)"),
+    ("arrayStringConcat(a)", "ARRAY_JOIN(a, '')"),
+    ("range(3)", "SEQUENCE(0, 3 - 1)"),
+    ("range(1, 31, 2)", "SEQUENCE(1, 31 - 1, 2)"),
+    ("sumSimpleState(x)", "SUM(x)"),
+    ("countDistinct(x)", "COUNT(DISTINCT x)"),
+    ("extractAll(s, 'id=([0-9]+)')", "REGEXP_EXTRACT_ALL(s, 'id=([0-9]+)')"),
+    ("extractAll(s, '[0-9]+')", "REGEXP_EXTRACT_ALL(s, '[0-9]+', 0)"),
+])
+def test_functions_are_written_as_their_spark_equivalent(written, expected):
+    sql, found = transformed(ch.functions, f"SELECT {written}")
+    assert (sql, found) == (f"SELECT {expected}", [])
+
+
+def test_a_wrong_arity_is_a_problem_naming_the_call():
+    _, found = transformed(ch.functions, "SELECT toDate(a, b)")
+    assert [p.message for p in found] == ["`toDate` takes 1 argument(s), found 2."]
+    # and only that one, not also "no translation"
+    assert problems("SELECT toDate(a, b) AS d") == [
+        ("`toDate` takes 1 argument(s), found 2.", Location("pipes/p.pipe", 10, 12))]
+
+
+def test_to_start_of_interval_needs_a_constant_sub_month_interval():
+    _, found = transformed(ch.functions, "SELECT toStartOfInterval(ts, INTERVAL 1 month)")
+    assert found[0].message.startswith("`toStartOfInterval` with a non-constant or month-or-longer interval")
+
+
+@pytest.mark.parametrize(("transform", "written", "expected"), [
+    # Spark's count needs an argument.
+    (ch.count_star, "SELECT count() FROM t", "SELECT COUNT(*) FROM t"),
+    # ClickHouse reads numbers as conditions, Spark does not.
+    (ch.boolean_literals, "SELECT a FROM t WHERE 1 AND a > 2", "SELECT a FROM t WHERE TRUE AND a > 2"),
+    (ch.prewhere, "SELECT a FROM t PREWHERE a > 1 WHERE b = 2", "SELECT a FROM t WHERE a > 1 AND b = 2"),
+    # 1-based, negative from the end, NULL out of range; a map key stays a key.
+    (ch.array_indexes, "SELECT a[1], a[-1], a[i], m['key'] FROM t",
+     "SELECT try_element_at(a, 1), try_element_at(a, -1), try_element_at(a, CAST(i AS INT)), m['key'] FROM t"),
+    # A condition is 0 or 1 in ClickHouse.
+    (ch.boolean_aggregates, "SELECT avg(x = 'high'), sum(a > 0 AND b), sum(a) FROM t",
+     "SELECT AVG(CAST(x = 'high' AS INT)), SUM(CAST(a > 0 AND b AS INT)), SUM(a) FROM t"),
+    (ch.distinct_ifs, "SELECT countIf(DISTINCT u, kind = 's') FROM t",
+     "SELECT COUNT(DISTINCT IF(kind = 's', u, NULL)) FROM t"),
+    (ch.random_integers, "SELECT rand() % 4 FROM t", "SELECT CAST(FLOOR(RAND() * 4294967296) AS BIGINT) % 4 FROM t"),
+    # Week and longer truncations are dates in ClickHouse; date_trunc('hour') keeps its hours.
+    (ch.date_truncs, "SELECT toStartOfMonth(ts), toStartOfHour(ts), date_trunc('hour', ts)",
+     "SELECT CAST(DATE_TRUNC('MONTH', ts) AS DATE), DATE_TRUNC('HOUR', ts), DATE_TRUNC('HOUR', ts)"),
+])
+def test_clause_transforms(transform, written, expected):
+    assert transformed(transform, written) == (expected, [])
+
+
+def test_a_scalar_with_is_inlined_and_a_cte_is_kept():
+    sql, _ = transformed(ch.scalar_with, "WITH (now() - INTERVAL 30 MINUTE) AS start, recent AS (SELECT * FROM t) "
+                                         "SELECT count() FROM recent WHERE ts > start")
+    assert sql == ("WITH recent AS (SELECT * FROM t) SELECT COUNT() FROM recent "
+                   "WHERE ts > (now() - INTERVAL '30' MINUTE)")
+
+
+def test_a_scalar_alias_selected_by_name_keeps_its_name():
+    sql, _ = transformed(ch.scalar_with, "WITH toDate(now()) AS today_, today_ - 7 AS start SELECT today_, start")
+    assert sql == "SELECT toDate(now()) AS today_, toDate(now()) - 7 AS start"
+
+
+def test_paths_into_json_columns_read_the_json():
+    tree = sqlglot.parse_one("SELECT event.a.b, t.event.c, t.other, other.x FROM t", read="spark")
+    sql = ch.json_paths(tree, frozenset({"event"})).sql(dialect="spark")
+    assert sql == ("SELECT GET_JSON_OBJECT(event, '$.a.b'), GET_JSON_OBJECT(t.event, '$.c'), t.other, other.x FROM t")
+    tree = sqlglot.parse_one("SELECT event.event.data.service.summary, t.event.a.b.c.d FROM t", read="clickhouse")
+    sql = ch.json_paths(tree, frozenset({"event"})).sql(dialect="spark")
+    assert sql == ("SELECT GET_JSON_OBJECT(event, '$.event.data.service.summary'), "
+                   "GET_JSON_OBJECT(t.event, '$.a.b.c.d') FROM t")
+
+
+def test_an_alias_is_visible_in_the_whole_select_as_in_clickhouse():
+    assert spark("SELECT toStartOfHour(ts) AS hour, count() AS n FROM logs WHERE hour > now() - 1 GROUP BY hour") == (
+        "SELECT DATE_TRUNC('HOUR', ts) AS hour, COUNT(*) AS n FROM logs "
+        "WHERE DATE_TRUNC('HOUR', ts) > CURRENT_TIMESTAMP() - 1 GROUP BY DATE_TRUNC('HOUR', ts)")
+    # a later alias inside a window, in a query Spark reads; an alias over its own column keeps the column
+    assert spark("SELECT row_number() OVER (ORDER BY total DESC) AS r, sum(s) AS total, upper(name) AS name "
+                 "FROM t WHERE name = 'x' GROUP BY name") == (
+        "SELECT ROW_NUMBER() OVER (ORDER BY SUM(s) DESC) AS r, SUM(s) AS total, UPPER(name) AS name "
+        "FROM t WHERE name = 'x' GROUP BY name")
+    # a scalar alias put in place keeps its precedence
+    assert spark("WITH a + 1 AS n SELECT -n AS m, toString(b) AS c FROM t") == \
+        "SELECT -(a + 1) AS m, CAST(b AS STRING) AS c FROM t"
+
+
+def test_a_filter_on_an_array_join_alias_filters_around_the_query():
+    assert spark("SELECT arrayJoin(arrayMap(x -> toDate(x), range(0, 10, 2))) AS d WHERE d <= today()") == (
+        "SELECT * FROM (SELECT EXPLODE(TRANSFORM(SEQUENCE(0, 10 - 1, 2), x -> CAST(x AS DATE))) AS d) "
+        "AS _array_join_rows "
+        "WHERE d <= CURRENT_DATE")
+
+
+def test_intervals_of_a_computed_amount_and_date_add_are_written_as_spark_takes_them():
+    assert spark("SELECT timestampAdd(d, INTERVAL -n DAY) AS a, now() - INTERVAL (rand() % 7) SECOND AS b, "
+                 "timestampAdd(d, INTERVAL 1 DAY) AS c, toString(d) AS s FROM t") == (
+        "SELECT d + MAKE_INTERVAL(0, 0, 0, -n, 0, 0, 0) AS a, CURRENT_TIMESTAMP() - MAKE_INTERVAL(0, 0, 0, 0, 0, 0, "
+        "CAST(FLOOR(RAND() * 4294967296) AS BIGINT) % 7) AS b, d + INTERVAL '1' DAY AS c, CAST(d AS STRING) AS s "
+        "FROM t")
+    # read as Spark SQL (no ClickHouse function), only what Spark would refuse changes
+    assert spark("SELECT timestampAdd(d, INTERVAL -n DAY) AS a, rand() AS r FROM t") == (
+        "SELECT d + MAKE_INTERVAL(0, 0, 0, -n, 0, 0, 0) AS a, RAND() AS r FROM t")
+
+
+def test_array_join_written_after_a_table_and_system_tables():
+    assert spark("SELECT p FROM transactions ARRAY JOIN products AS p") == (
+        "SELECT p FROM transactions LATERAL VIEW EXPLODE(products) _array_join0 AS p")
+    assert problems("SELECT number FROM system.numbers LIMIT 10")[0][0] == \
+        "ClickHouse table `system.numbers` has no Spark translation."
+    assert problems("WITH (SELECT max(d) FROM t) AS top SELECT arrayMap(x -> x + top, [1, 2]) AS a")[0][0] == \
+        "Spark does not take a subquery inside a function with a lambda (arrayMap, arrayFilter, ...)."
+
+
+def test_array_join_is_a_lateral_view_of_explode():
+    sql, found = transformed(ch.array_joins, "SELECT d, p FROM t ARRAY JOIN products AS p WHERE p != ''")
+    assert (sql, found) == ("SELECT d, p FROM t LATERAL VIEW EXPLODE(products) _array_join0 AS p WHERE p <> ''", [])
+    sql, _ = transformed(ch.array_joins, "SELECT p FROM t LEFT ARRAY JOIN products AS p")
+    assert sql == "SELECT p FROM t LATERAL VIEW OUTER EXPLODE(products) _array_join0 AS p"
+    _, found = transformed(ch.array_joins, "SELECT products FROM t ARRAY JOIN products")
+    assert [p.message for p in found] == [
+        "`ARRAY JOIN` of several arrays, or of an array under its own name, is not supported yet."]
+
+
+def test_lag_in_frame_is_lag_when_the_frame_holds_the_earlier_rows():
+    sql, found = transformed(ch.frame_functions, "SELECT lagInFrame(ts) OVER (ORDER BY ts), leadInFrame(ts, 1) OVER "
+                             "(ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) FROM t")
+    expected = "SELECT lag(ts) OVER (ORDER BY ts NULLS LAST), lead(ts, 1) OVER (ORDER BY ts NULLS LAST) FROM t"
+    assert (sql, found) == (expected, [])
+    _, found = transformed(ch.frame_functions, "SELECT leadInFrame(ts) OVER (ORDER BY ts) FROM t")
+    assert [p.message for p in found] == [
+        "`leadInFrame` over a frame that does not reach the last row has no Spark translation."]
+
+
+def test_numbers_is_spark_range_with_a_number_column():
+    assert spark("SELECT number * 2 AS even FROM numbers(10)") == (
+        "SELECT number * 2 AS even FROM (SELECT id AS number FROM RANGE(0, 10)) AS numbers")
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT * FROM t FINAL", "`FINAL` (deduplicated reads of a ReplacingMergeTree) is not supported yet."),
+    ("SELECT d FROM t ORDER BY d WITH FILL STEP 1", "`ORDER BY ... WITH FILL` is not supported yet."),
+    ("SELECT a FROM t LIMIT 1 BY a", "`LIMIT n BY ...` is not supported yet."),
+    ("SELECT a FROM t ANY LEFT JOIN u USING a", "`ANY ... JOIN` (one matching row per left row) is not supported yet."),
+])
+def test_clauses_without_translation_are_problems(sql, message):
+    found: list[ch.Problem] = []
+    tree = sqlglot.parse_one(sql, read="clickhouse")
+    for transform in (ch.final_reads, ch.unsupported_clauses):
+        transform(tree, found)
+    assert [p.message for p in found] == [message]
+    assert all(p.hint for p in found)
+
+
+# ------------------------------------------------------------------------------------------ through check
+
+def test_hand_written_spark_sql_is_unchanged():
+    sql = "SELECT date_trunc('hour', ts) AS hour, count(*) AS n, arr[0] AS first FROM sales GROUP BY 1, 3"
+    assert spark(sql) == ("SELECT DATE_TRUNC('HOUR', ts) AS hour, COUNT(*) AS n, arr[0] AS first "
+                          "FROM sales GROUP BY 1, 3")
+    assert not ch.looks_clickhouse(sqlglot.parse_one(sql, read="spark"))
+
+
+def test_clickhouse_sql_is_translated_with_one_based_arrays():
+    sql = ("SELECT toStartOfHour(timestamp) AS hour, splitByChar('@', email)[2] AS domain, count() AS hits\n"
+           "FROM logs WHERE 1 AND toDate(timestamp) >= today() - 7 GROUP BY hour, domain")
+    assert spark(sql) == (
+        "SELECT DATE_TRUNC('HOUR', timestamp) AS hour, TRY_ELEMENT_AT(SPLIT(email, CONCAT('\\\\Q', '@', '\\\\E')), 2) AS domain, "
+        "COUNT(*) AS hits FROM logs WHERE TRUE AND CAST(timestamp AS DATE) >= CURRENT_DATE - 7 "
+        # GROUP BY an alias is GROUP BY its expression, as in ClickHouse (Spark would group by a column of that name)
+        "GROUP BY DATE_TRUNC('HOUR', timestamp), TRY_ELEMENT_AT(SPLIT(email, CONCAT('\\\\Q', '@', '\\\\E')), 2)")
+
+
+def test_a_scalar_alias_spark_cannot_parse_is_read_as_clickhouse():
+    sql = "WITH 10 AS top SELECT a FROM t ORDER BY a LIMIT top"
+    # ClickHouse sorts NULLs last where Spark sorts them first: sqlglot says so.
+    assert spark(sql) == "SELECT a FROM t ORDER BY a NULLS LAST LIMIT 10"
+
+
+def test_state_combinators_stay_for_the_view_planner():
+    sql = "SELECT toStartOfDay(ts) AS day, countIfState(kind = 'view') AS views, uniqState(user) AS users FROM e"
+    assert spark(sql) == ("SELECT DATE_TRUNC('DAY', ts) AS day, COUNTIFSTATE(kind = 'view') AS views, "
+                          "UNIQSTATE(user) AS users FROM e")
+
+
+def test_an_unknown_function_is_an_error_at_its_position():
+    assert problems("SELECT\n    a,\n    florp(a) AS b\nFROM t") == [
+        ("Unknown function `florp`: neither Spark SQL nor ClickHouse has it.", Location("pipes/p.pipe", 12, 9))]
+
+
+def test_a_clickhouse_function_without_translation_names_the_spark_equivalent():
+    with pytest.raises(PipeframeError) as err:
+        parse_select("SELECT toDate(ts) AS d, anyLast(v) AS v FROM t GROUP BY d", BASE)
+    (d,) = err.value.diagnostics
+    assert (d.code, d.message, d.hint, d.location) == (
+        "PF309", "ClickHouse function `anyLast` has no Spark translation.",
+        "Use max_by(x, ts) (the value at the latest ts).", Location("pipes/p.pipe", 10, 29))
+
+
+def test_final_is_reported_not_read_as_an_alias():
+    assert problems("SELECT * FROM t FINAL") == [
+        ("`FINAL` (deduplicated reads of a ReplacingMergeTree) is not supported yet.", Location("pipes/p.pipe", 10, 21))]
+
+
+def test_spark_only_syntax_with_a_clickhouse_call_still_translates_the_call():
+    # ClickHouse cannot read LATERAL VIEW; the Spark reading is kept and its calls translated.
+    assert spark("SELECT toDate(ts) AS d, x FROM t LATERAL VIEW explode(arr) e AS x") == (
+        "SELECT CAST(ts AS DATE) AS d, x FROM t LATERAL VIEW EXPLODE(arr) e AS x")
+
+
+def test_replace_regexp_one_replaces_the_first_match_and_url_hierarchy_cuts_the_url():
+    assert spark("SELECT replaceRegexpOne(title, '\\\\d+', '#') AS t FROM t") == (
+        "SELECT REGEXP_REPLACE(title, CONCAT('^((?s).*?)(?:', '\\\\d+', ')'), CONCAT('$1', '#')) AS t FROM t")
+    sql = spark("SELECT URLHierarchy(href)[1] AS first FROM t")
+    assert sql.startswith("SELECT TRY_ELEMENT_AT(IF(href RLIKE '^[A-Za-z0-9+.-]+://', TRANSFORM(SEQUENCE(1, SIZE(")
+    assert "ARRAY_JOIN(SLICE(REGEXP_EXTRACT_ALL(href, " in sql and sql.endswith("ARRAY()), 1) AS first FROM t")

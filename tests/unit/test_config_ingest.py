@@ -1,0 +1,32 @@
+"""`ingest:` in pipeframe.yaml: the group-commit and materializer settings, with defaults, per environment, and a
+clear PF002 for anything else."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeframe.config import IngestSettings, load_config
+from pipeframe.errors import PipeframeError
+
+
+def test_defaults_and_overrides_per_environment(tmp_path):
+    (tmp_path / "pipeframe.yaml").write_text("ingest:\n  flush_ms: 200\nenvironments:\n  prod:\n"
+                                             "    ingest: {buffer_bytes: 1000}\n")
+    assert load_config(tmp_path, environ={}).ingest == IngestSettings(flush_ms=200)
+    assert load_config(tmp_path, "prod", environ={}).ingest == IngestSettings(flush_ms=200, buffer_bytes=1000)
+    assert load_config(tmp_path / "missing", environ={}).ingest == IngestSettings()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("ingest: 5\n", "`ingest` must be a mapping"),
+    ("ingest: {flush_secs: 1}\n", "Unknown ingest setting flush_secs"),
+    ("ingest: {flush_ms: -1}\n", "`ingest.flush_ms` must be a positive whole number"),
+    ("ingest: {flush_rows: 1.5}\n", "`ingest.flush_rows` must be a positive whole number"),
+    ("ingest: {poll_ms: true}\n", "`ingest.poll_ms` must be a positive whole number"),
+])
+def test_bad_settings_name_the_key_and_the_fix(tmp_path, text, words):
+    (tmp_path / "pipeframe.yaml").write_text(text)
+    with pytest.raises(PipeframeError) as err:
+        load_config(tmp_path, environ={})
+    [diagnostic] = err.value.diagnostics
+    assert diagnostic.code == "PF002" and words in diagnostic.message and "flush_rows" in diagnostic.hint

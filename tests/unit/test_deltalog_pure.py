@@ -1,0 +1,198 @@
+"""engine.deltalog on hand-written `_delta_log` folders: history, latest version and idempotent-write versions read
+without Spark, and None wherever the log cannot answer exactly (partial files, cleaned-up commits, gaps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeframe.engine import deltalog
+from pipeframe.engine.tables import Commit
+
+BASE_MS = 1_700_000_000_000
+META = {"metaData": {"id": "t", "format": {"provider": "parquet", "options": {}}, "schemaString": "{}",
+                     "partitionColumns": [], "configuration": {}}}
+
+
+def commit_info(operation: str = "WRITE", **extra) -> dict:
+    return {"commitInfo": {"timestamp": 1, "operation": operation, "operationParameters": {"mode": "Append"},
+                           "operationMetrics": {"numFiles": "1"}, **extra}}
+
+
+def write_commit(log: Path, version: int, *actions: dict, mtime_ms: int | None = None) -> Path:
+    log.mkdir(parents=True, exist_ok=True)
+    path = log / f"{version:020d}.json"
+    path.write_text("\n".join(json.dumps(a) for a in actions), encoding="utf-8")
+    ms = BASE_MS + version * 1000 if mtime_ms is None else mtime_ms
+    os.utime(path, ns=(ms * 1_000_000 + 123_456, ms * 1_000_000 + 123_456))
+    return path
+
+
+def write_checkpoint(log: Path, version: int, txns: list[tuple[str, int]], configuration: dict | None = None,
+                     name: str | None = None) -> None:
+    txn_type = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
+    meta_type = pa.struct([("id", pa.string()), ("configuration", pa.map_(pa.string(), pa.string()))])
+    add_type = pa.struct([("path", pa.string())])
+    rows_txn = [{"appId": a, "version": v, "lastUpdated": 0} for a, v in txns] + [None, None]
+    rows_meta = [None] * len(txns) + [{"id": "t", "configuration": list((configuration or {}).items())}, None]
+    rows_add = [None] * (len(txns) + 1) + [{"path": "part-0.parquet"}]
+    table = pa.table({"txn": pa.array(rows_txn, txn_type), "metaData": pa.array(rows_meta, meta_type),
+                      "add": pa.array(rows_add, add_type)})
+    log.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, log / (name or f"{version:020d}.checkpoint.parquet"))
+
+
+def test_history_reads_commit_files_as_describe_history_does(tmp_path):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info("CREATE TABLE", operationParameters={"description": None, "isManaged": "false"}),
+                 META)
+    meta = json.dumps({"pipeframe": {"view": "v", "source_version": 3, "source_path": "/s"}})
+    write_commit(log, 1, {"txn": {"appId": "a", "version": 3, "lastUpdated": 1}},
+                 commit_info(userMetadata=meta, operationParameters={"auto": False, "n": 5, "mode": "Append"}))
+    write_commit(log, 2, {"add": {"path": "x"}})  # no commitInfo at all: an empty entry, like Delta's
+    (log / ".00000000000000000003.json.0b1c.tmp").write_text("{")  # a commit being written: not listed yet
+    (log / ".00000000000000000002.json.crc").write_text("crc")
+    (log / "00000000000000000002.crc").write_text("{}")
+
+    commits = deltalog.history(str(tmp_path), None)
+    assert [c.version for c in commits] == [2, 1, 0]
+    newest, second, first = commits
+    assert newest == Commit(2, datetime.fromtimestamp(BASE_MS // 1000 + 2), BASE_MS / 1000 + 2, "", {}, {}, {})
+    assert second.operation == "WRITE" and second.metrics == {"numFiles": "1"}
+    assert second.parameters == {"auto": "false", "n": "5", "mode": "Append"}
+    assert second.metadata == {"view": "v", "source_version": 3, "source_path": "/s"}
+    assert first.parameters == {"description": None, "isManaged": "false"}
+    assert deltalog.history(str(tmp_path), 2) == commits[:2]
+    assert deltalog.history(str(tmp_path), 50) == commits  # a limit past version 0 stops there
+    assert deltalog.latest_version(str(tmp_path)) == 2
+
+
+def test_timestamps_are_file_times_made_increasing_over_the_range_read(tmp_path):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info(), META, mtime_ms=BASE_MS + 5000)
+    write_commit(log, 1, commit_info(), mtime_ms=BASE_MS + 5000)  # same ms: one more than the commit before
+    write_commit(log, 2, commit_info(), mtime_ms=BASE_MS + 1000)  # older than its predecessor
+    write_commit(log, 3, commit_info(), mtime_ms=BASE_MS + 9000)
+    everything = {c.version: c.epoch for c in deltalog.history(str(tmp_path))}
+    assert everything == {0: 1_700_000_005.0, 1: 1_700_000_005.001, 2: 1_700_000_005.002, 3: 1_700_000_009.0}
+    # Delta monotonizes only the commits it reads: with LIMIT 2 version 2 keeps its own time
+    assert {c.version: c.epoch for c in deltalog.history(str(tmp_path), 2)} == {2: 1_700_000_001.0,
+                                                                                  3: 1_700_000_009.0}
+
+
+def test_timestamps_are_naive_local_times_of_this_process(tmp_path, monkeypatch):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info(), META, mtime_ms=BASE_MS + 250)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        deltalog._parse_commit_info.cache_clear()
+        (commit,) = deltalog.history(str(tmp_path), 1)
+        assert commit.timestamp == datetime(2023, 11, 15, 7, 13, 20, 250000)  # 22:13:20.25 UTC
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_partial_or_empty_commit_file_is_not_trusted(tmp_path):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info(), META)
+    write_commit(log, 1, commit_info())
+    (log / f"{2:020d}.json").write_text('{"commitInfo": {"timestamp": 1, "operat')
+    assert deltalog.history(str(tmp_path), 1) is None
+    assert deltalog.history(str(tmp_path)) is None
+    assert deltalog.latest_version(str(tmp_path)) == 2
+    (log / f"{2:020d}.json").write_text("")
+    assert deltalog.history(str(tmp_path), 3) is None
+    assert deltalog.transaction_version(str(tmp_path), "a") is None
+
+
+def test_cleaned_up_commits_answer_only_the_range_that_remains(tmp_path):
+    log = tmp_path / "_delta_log"
+    write_checkpoint(log, 5, [("app", 7)])
+    for version in range(5, 9):
+        write_commit(log, version, commit_info())
+    assert deltalog.latest_version(str(tmp_path)) == 8
+    assert [c.version for c in deltalog.history(str(tmp_path), 4)] == [8, 7, 6, 5]
+    assert deltalog.history(str(tmp_path), 5) is None  # version 4 was cleaned up: Spark decides
+    assert [c.version for c in deltalog.history(str(tmp_path))] == [8, 7, 6, 5]  # from the earliest commit file
+    assert deltalog.transaction_version(str(tmp_path), "app") == 7
+
+
+def test_transaction_versions_newest_first_then_the_checkpoint(tmp_path):
+    log = tmp_path / "_delta_log"
+    for version in range(4):
+        write_commit(log, version, commit_info(), *([META] if version == 0 else []),
+                     {"txn": {"appId": "app", "version": 10 + version, "lastUpdated": 0}})
+    write_checkpoint(log, 3, [("app", 13), ("only-in-checkpoint", 42)])
+    write_commit(log, 4, commit_info(), {"txn": {"appId": "other", "version": 1, "lastUpdated": 0}})
+    write_commit(log, 5, commit_info(), {"txn": {"appId": "app", "version": 20, "lastUpdated": 0}})
+    for version in range(3):  # cleaned up: the checkpoint is all there is before version 4
+        (log / f"{version:020d}.json").unlink()
+    folder = str(tmp_path)
+    assert deltalog.transaction_version(folder, "app") == 20
+    assert deltalog.transaction_version(folder, "other") == 1
+    assert deltalog.transaction_version(folder, "only-in-checkpoint") == 42
+    assert deltalog.transaction_version(folder, "nobody") is None
+    (log / f"{4:020d}.json").unlink()  # a gap after the checkpoint: cannot say
+    assert deltalog.transaction_version(folder, "only-in-checkpoint") is None
+
+
+def test_checkpoints_multi_part_incomplete_and_retention(tmp_path):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info(), META)
+    write_checkpoint(log, 2, [("a", 1)], name=f"{2:020d}.checkpoint.{1:010d}.{2:010d}.parquet")
+    write_checkpoint(log, 2, [("b", 2)], name=f"{2:020d}.checkpoint.{2:010d}.{2:010d}.parquet")
+    write_checkpoint(log, 4, [("a", 9)], name=f"{4:020d}.checkpoint.{1:010d}.{2:010d}.parquet")  # part 2 missing
+    for version in (3, 4, 5):
+        write_commit(log, version, commit_info())
+    listing = deltalog.list_log(str(tmp_path))
+    assert sorted(listing.checkpoints) == [2] and listing.latest == 5
+    assert deltalog.transaction_version(str(tmp_path), "a") == 1
+    assert deltalog.transaction_version(str(tmp_path), "b") == 2
+    write_commit(log, 6, commit_info(), {"metaData": {**META["metaData"],
+                                                      "configuration": {deltalog.TXN_RETENTION: "interval 1 day"}}})
+    assert deltalog.transaction_version(str(tmp_path), "a") is None  # the snapshot may have expired it
+
+
+def test_latest_version_without_a_log(tmp_path):
+    assert deltalog.latest_version(str(tmp_path / "missing")) == -1
+    (tmp_path / "_delta_log").mkdir()
+    assert deltalog.latest_version(str(tmp_path)) == -1
+    assert deltalog.history(str(tmp_path)) is None
+    assert deltalog.history(str(tmp_path / "missing"), 1) is None
+    assert deltalog.transaction_version(str(tmp_path), "a") is None
+    write_checkpoint(tmp_path / "_delta_log", 7, [])
+    assert deltalog.latest_version(str(tmp_path)) == 7
+
+
+def test_in_commit_timestamps_from_their_enablement_version(tmp_path):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info(), META, mtime_ms=BASE_MS)
+    write_commit(log, 1, commit_info(), mtime_ms=BASE_MS + 1000)
+    config = {deltalog.ICT_ENABLED: "true", deltalog.ICT_VERSION: "2", deltalog.ICT_TIMESTAMP: str(BASE_MS + 1500)}
+    write_commit(log, 2, {"commitInfo": {**commit_info("SET TBLPROPERTIES")["commitInfo"],
+                                         "inCommitTimestamp": BASE_MS + 1500}},
+                 {"metaData": {**META["metaData"], "configuration": config}}, mtime_ms=BASE_MS + 99_000)
+    write_commit(log, 3, {"commitInfo": {**commit_info()["commitInfo"], "inCommitTimestamp": BASE_MS + 2500}},
+                 mtime_ms=BASE_MS)
+    epochs = {c.version: c.epoch for c in deltalog.history(str(tmp_path))}
+    assert epochs == {0: BASE_MS / 1000, 1: BASE_MS / 1000 + 1, 2: BASE_MS / 1000 + 1.5, 3: BASE_MS / 1000 + 2.5}
+    write_commit(log, 4, commit_info(), mtime_ms=BASE_MS)  # no in-commit timestamp where one is required
+    write_commit(log, 5, {"commitInfo": {**commit_info()["commitInfo"], "inCommitTimestamp": BASE_MS + 3000}})
+    assert deltalog.history(str(tmp_path)) is None
+    assert deltalog.history(str(tmp_path), 1) is not None
+
+
+@pytest.mark.parametrize("value", [1.5, ["x"], {"k": "v"}])
+def test_parameters_whose_text_delta_would_render_differently_fall_back(tmp_path, value):
+    log = tmp_path / "_delta_log"
+    write_commit(log, 0, commit_info(operationParameters={"p": value}), META)
+    assert deltalog.history(str(tmp_path)) is None

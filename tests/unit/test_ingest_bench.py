@@ -1,0 +1,111 @@
+"""The ingestion benchmark's pure logic (bench/ingest_bench.py): percentiles, which view commit made a source commit
+visible (directly and through a cascade), what the clients saw, and where its section goes on the page."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import ingest_bench as bench
+from ingest_bench import ViewCommit
+
+
+def test_percentile_interpolates_between_ranks():
+    assert bench.percentile([], 95) is None
+    assert bench.percentile([4.0], 99) == 4.0
+    assert bench.percentile([1, 2, 3, 4, 5], 50) == 3
+    assert bench.percentile([5, 1, 4, 2, 3], 0) == 1
+    assert bench.percentile([1, 2, 3, 4, 5], 100) == 5
+    assert bench.percentile(list(range(1, 101)), 95) == 95.05
+
+
+def test_a_source_commit_is_visible_at_the_first_view_commit_that_covers_it():
+    view = [ViewCommit(1, 10.0, 0), ViewCommit(2, 12.0, 3), ViewCommit(3, 15.0, 5)]
+    source = [(1, 9.0), (3, 11.0), (4, 11.5), (5, 14.0), (6, 16.0)]
+    assert bench.visible_delays(source, [view]) == [3.0, 1.0, 3.5, 1.0, None]
+
+
+def test_a_later_commit_with_a_lower_watermark_does_not_hide_an_earlier_cover():
+    view = [ViewCommit(1, 10.0, 4), ViewCommit(2, 11.0, 0), ViewCommit(3, 12.0, 6)]
+    assert bench.first_covering(view, 3) == view[0]
+    assert bench.first_covering(view, 5) == view[2]
+    assert bench.first_covering(view, 7) is None
+
+
+def test_a_cascading_view_is_visible_through_its_upstream_views_commits():
+    upstream = [ViewCommit(4, 10.0, 2), ViewCommit(5, 13.0, 4)]  # covers source versions 2, then 4
+    cascade = [ViewCommit(7, 12.0, 4), ViewCommit(8, 16.0, 5)]  # covers upstream versions 4, then 5
+    source = [(2, 9.0), (3, 9.5), (4, 12.5), (5, 14.0)]
+    assert bench.visible_delays(source, [upstream, cascade]) == [3.0, 6.5, 3.5, None]
+
+
+def test_request_figures_count_what_ended_inside_the_window():
+    records = [(0.0, 0.5, 202), (0.5, 1.5, 202), (1.0, 2.0, 202), (1.5, 2.5, 429), (2.0, 3.5, 202), (3.0, 5.5, 202)]
+    figures = bench.request_figures(records, (1.0, 5.0), rows=10)
+    assert figures["requests"] == 3  # 1.5, 2.0 and 3.5 ended inside; 0.5 before, 5.5 after
+    assert figures["statuses"] == {"202": 3, "429": 1}
+    assert figures["requests_per_s"] == 0.8 and figures["rows_per_s"] == 7.5
+    assert figures["latency_p50_s"] == 1.0 and figures["latency_max_s"] == 1.5
+
+
+def test_verdicts_compare_each_target():
+    results = {"scenarios": {
+        "A": {"requests_per_s": 250.0, "latency_p95_s": 0.4, "visible": {"p95_slowest_view_s": 2.0}},
+        "B": {"rows_per_s": 20_000.0, "latency_p95_s": 0.6, "visible": {"p95_slowest_view_s": 4.0}}}}
+    met = {label: ok for label, _, ok in bench.verdicts(results)}
+    assert met == {"≥ 200 requests/s of 10-row batches": True, "≥ 50,000 rows/s in 1,000-row batches": False,
+                   "p95 request latency ≤ 0.5 s": False, "p95 commit → visible in every view ≤ 3 s": False}
+    assert all(ok is None for _, _, ok in bench.verdicts({}))
+
+
+def test_the_section_is_replaced_in_place_or_added_before_the_kept_sections():
+    page = "# Benchmarks\n\n## A\n\ntext\n\n## Sections kept from an earlier run\n\n- views\n"
+    once = bench.insert_section(page, "## Real-time ingestion\n\nfirst\n")
+    assert once.index("## Real-time ingestion") < once.index("## Sections kept")
+    twice = bench.insert_section(once, "## Real-time ingestion\n\nsecond\n")
+    assert "first" not in twice and twice.count("## Real-time ingestion") == 1
+    assert twice.index("## A") < twice.index("second") < twice.index("## Sections kept")
+    assert bench.insert_section("# B\n", "## Real-time ingestion\n\nx\n") == "# B\n\n## Real-time ingestion\n\nx\n"
+
+
+def test_ndjson_rows_are_deterministic_and_fit_the_events_schema():
+    import json
+
+    lines = bench.ndjson_lines(0, 3)
+    assert lines == bench.ndjson_lines(0, 3)
+    row = json.loads(lines[0])
+    assert set(row) == {"ts", "user_id", "endpoint", "status", "latency", "bytes"}
+    assert row["ts"].startswith("2024-05-01T00:0") and row["ts"].endswith("Z")
+
+
+def scenario(requests_per_s: float, rows: int) -> dict:
+    views = {name: {"p50_s": 1.0, "p95_s": 2.5, "max_s": 3.0, "not_visible": 0, "view_commits": 4}
+             for name in ("requests_by_hour", "users_by_day")}
+    return {"requests_per_s": requests_per_s, "rows_per_s": requests_per_s * rows, "latency_p50_s": 0.2,
+            "latency_p95_s": 0.4, "latency_p99_s": 0.45, "statuses": {"202": 10}, "catch_up_s": 1.0, "clients": 8,
+            "rows_per_request": rows, "cpu": {"server_cores": 1.5, "server_python_cores": 0.1, "clients_cores": 0.2},
+            "server": {"materializer_rounds": 3},
+            "visible": {"views": views, "p95_slowest_view_s": 2.5, "p95_all_views_s": 2.5,
+                        "commits": {"count": 5, "requests_median": 8, "requests_max": 8, "rows_median": 80,
+                                    "interval_median_s": 0.5}}}
+
+
+def test_the_section_shows_every_figure_and_verdict():
+    plain = {"requests_per_s": 2.0, "rows_per_s": 20.0, "requests": 60, "latency_p50_s": 0.4, "latency_p95_s": 0.6,
+             "latency_p99_s": 0.7}
+    results = {"date": "2026-11-22", "command": "python bench/ingest_bench.py", "load": [1.0], "cpus": 2,
+               "settings": {"flush_ms": 50}, "scenarios": {"A": scenario(250.0, 10), "B": scenario(40.0, 1000)},
+               "plain": {"A": plain, "B": plain},
+               "conform": {"10": {"conform_count_s": 0.5, "from_json_count_s": 0.2, "requests": 1},
+                           "40000": {"conform_count_s": 3.0, "from_json_count_s": 0.4, "requests": 40}},
+               "append": {"batch_rows": 100, "plain_s": {"median": 1.0}, "pipeframe_s": {"median": 3.0},
+                          "pipeframe_over_plain": {"min": 2.5, "median": 3.0, "max": 3.5},
+                          "steps_s": {"source: Delta commit (write the rows)": 1.0, "other": 0.001},
+                          "steps_total_s": 3.0}}
+    text = bench.section(results)
+    assert text.startswith(bench.SECTION)
+    assert "| ≥ 200 requests/s of 10-row batches | 250 requests/s (scenario A) | met |  |" in text
+    assert "| ≥ 50,000 rows/s in 1,000-row batches | 40,000 rows/s (scenario B) | **not met** | the schema check" in text
+    assert "| source: Delta commit (write the rows) | 1.000 | 33% |" in text and "| other |" not in text
+    assert "**3.0** / 3.5x (PRODUCT.md section 8: ≤ 2x)" in text
+    assert "### What limits throughput" in text
