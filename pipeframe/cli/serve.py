@@ -21,7 +21,9 @@ def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
     """Serve the deployed project over HTTP until Ctrl-C.
 
     Endpoints answer as in Tinybird (GET /v0/pipes/NAME.json|.csv|.ndjson?param=...), events land with
-    POST /v0/events?name=DATASOURCE (NDJSON, like `pipeframe append`), views are managed under /v0/views, and
+    POST /v0/events?name=DATASOURCE (NDJSON, like `pipeframe append`; group-committed, 202 once committed,
+    ?wait=true for 200 once the views applied them), views are kept up to date in the background and managed
+    under /v0/views, and
     /docs shows the OpenAPI document. Tokens from pipeframe.yaml `tokens:` are enforced when there are any.
     The project must be deployed first (`pipeframe deploy`).
 

@@ -48,6 +48,7 @@ def _follow(project) -> int:
     from pipeframe.sqltext import first_line
 
     project.require_valid()
+    project.spark  # noqa: B018 — started first: pyspark installs its own SIGINT handler when it starts
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # stop after the round under way, never inside a commit
         signal.signal(signum, lambda *_: stop.set())
