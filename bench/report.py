@@ -264,6 +264,75 @@ def views_text(views: dict) -> list[str]:
     return lines
 
 
+CLUSTER_SECTION = "## On a local standalone cluster: the cost of the cluster path"
+CLUSTER_MEASURES = (("refresh_s", "`Project.refresh()` after a 1% append (three views)"),
+                    ("append_s", "`Project.append` of 1% of the rows, three views attached"),
+                    ("plain_append_s", "plain Delta append of 1% of the rows (no pipeframe)"))
+
+
+def cluster_text(cluster: dict) -> list[str]:
+    """`bench/run.py --cluster` (bench/cluster_bench.py): the same figures on `local[*]` and on a standalone cluster
+    on this machine, side by side, with the paired ratio."""
+    c = cluster["cluster"]
+    lines = [
+        CLUSTER_SECTION,
+        "",
+        (f"`bench/cluster_bench.py` ({cluster['date']}, `{cluster['command']}`; load average "
+         f"{cluster['load_at_start'][0]} at the start and {cluster['load_at_end'][0]} at the end). A Spark standalone "
+         f"master and one worker ({c['cores']} cores, {c['executor_memory']} for its executor) started from "
+         "pyspark's own jars on 127.0.0.1, and two drivers side by side, each a fresh process holding one `Project` "
+         "of the benchmark's scenario (the `events` source, the same three views): one on `local[*]`, one on "
+         "`spark://127.0.0.1`. Both use the same settings (`spark.sql.shuffle.partitions` = "
+         f"{cluster['settings']['spark.sql.shuffle.partitions']}, `spark.databricks.delta.snapshotPartitions` = "
+         f"{cluster['settings']['spark.databricks.delta.snapshotPartitions']}), hold {rows_label(cluster['rows'])} "
+         f"source rows with their views built before anything is timed, and are measured one after the other, "
+         f"alternating: {cluster['appends']} refreshes after a {cluster['batch_rows']:,}-row append and "
+         f"{cluster['repeats']} `Project.append` calls of {cluster['batch_rows']:,} rows each. Delta's jars reach "
+         "the executor as `spark.jars`, from the driver."),
+        "",
+        "| measure | `local[*]` seconds (min / median / max) | standalone cluster seconds | cluster / local |",
+        "|---|---|---|---|",
+    ]
+    for key, label in CLUSTER_MEASURES:
+        m = cluster["measures"].get(key)
+        if m:
+            lines.append(f"| {label} | {spread(m['local'])} | {spread(m['cluster'])} | "
+                         f"{ratio_text(m['cluster_over_local'])} |")
+    refresh = cluster["measures"]["refresh_s"]["cluster_over_local"]["median"]
+    if refresh > 1.1:
+        verdict_text = f"the cluster path cost {refresh:.2f}x the local refresh (median of the pairs)"
+    elif refresh < 0.9:
+        verdict_text = f"the cluster side refreshed faster than `local[*]` (median {refresh:.2f}x of the local time)"
+    else:
+        verdict_text = f"no difference beyond the noise in the refresh (median {refresh:.2f}x)"
+    lines += [
+        "",
+        (f"In this run {verdict_text}. What differs between the sides, on the same cores: on the cluster, tasks run "
+         "in an executor JVM apart from the driver (its own heap and garbage collector), serialized and sent over "
+         "RPC on 127.0.0.1; on `local[*]` they run inside the driver's JVM, next to planning, the Delta log reads "
+         "and the Python gateway. With the machine shared and loaded (the load averages above, on "
+         f"{c['cores']} cores), single pairs swing widely: read the min–max, not only the median. On a real "
+         "cluster the executors bring cores and memory of their own, and the warehouse must be on storage every "
+         "executor reaches (docs/cluster.md)."),
+    ]
+    return lines
+
+
+def insert_section(page: str, heading: str, section: list[str], before: str = "## Where pipeframe loses") -> str:
+    """The page with the section under `heading` replaced by `section` (up to the next `## `), or, when the page
+    has none, inserted before the first heading starting with `before` (else at the end). The rest is untouched."""
+    lines = page.rstrip("\n").splitlines()
+    if heading in lines:
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    else:
+        start = end = next((i for i, line in enumerate(lines) if line.startswith(before)), len(lines))
+    new = [*section, ""]
+    if start == len(lines) and lines and lines[-1] != "":
+        new = ["", *new]
+    return "\n".join(lines[:start] + new + lines[end:]).rstrip("\n") + "\n"
+
+
 def losses_text(results: dict) -> list[str]:
     """Where pipeframe loses in this run, from the figures, each with the reason we understand."""
     views = results.get("views")
@@ -427,6 +496,8 @@ def render(results: dict) -> str:
     ]
     if "views" in results:
         lines += views_text(results["views"]) + [""]
+    if "cluster" in results:
+        lines += cluster_text(results["cluster"]) + [""]
     lines += losses_text(results) + [""]
     if "check" in results:
         lines += check_text(results["check"]) + [""]

@@ -1,6 +1,7 @@
 """Run every benchmark at one scale and write docs/benchmarks.md (tables) and docs/img/bench-*.png (charts).
 
 Usage: python bench/run.py [--rows 1000000] [--appends 20] [--growth-appends 3] [--repeats 5] [--skip check,dev]
+                          [--cluster] [--cluster-rows 100000]
 
 Sections (PRODUCT.md section 8), all in one run on this machine:
   views     the events scenario: one Delta source, three views (hourly counts and sums by endpoint and status;
@@ -21,6 +22,12 @@ Sections (PRODUCT.md section 8), all in one run on this machine:
             requests, --ingest-seconds each), commit -> visible in the views from the Delta logs, next to a plain
             Delta append loop; and where one `Project.append` spends its time (bench/ingest_bench.py; its
             `Project.append` figures are the views section's when that section runs too).
+  cluster   with --cluster only: the refresh and append figures on a local Spark standalone cluster (a master and a
+            worker from pyspark's jars, on 127.0.0.1) next to `local[*]`, two drivers measured alternately, with the
+            cluster / local ratio (bench/cluster_bench.py; --cluster-rows source rows, --appends capped at 10
+            refreshes, --repeats capped at 5 appends). A run without --cluster keeps the previous run's cluster
+            figures. With every other section skipped (`--cluster --skip views,check,control,dev,ingest`) only that
+            section of the page and its key in the JSON are rewritten; the rest stays exactly as it was.
 Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them. A section left
 out with --skip keeps its figures from the previous run (the page says which run each section comes from).
 """
@@ -174,6 +181,26 @@ def run_script(name: str, *args: str) -> dict:
         out.unlink(missing_ok=True)
 
 
+def cluster_section(args: argparse.Namespace) -> dict:
+    log("cluster: refresh and append on a local standalone cluster next to local[*]")
+    results = run_script("cluster_bench.py", "--rows", str(args.cluster_rows), "--appends", str(min(args.appends, 10)),
+                         "--repeats", str(min(args.repeats, 5)))
+    results["command"] = " ".join(["python", "bench/run.py", *sys.argv[1:]])
+    return results
+
+
+def cluster_only(args: argparse.Namespace) -> int:
+    """Measure the cluster section alone and rewrite only it: its key in the JSON and its section of the page."""
+    data = args.out.with_suffix(".json")
+    saved = json.loads(data.read_text()) if data.exists() else {}
+    saved["cluster"] = cluster_section(args)
+    data.write_text(json.dumps(saved, indent=2) + "\n")
+    page = args.out.read_text() if args.out.exists() else ""
+    args.out.write_text(report.insert_section(page, report.CLUSTER_SECTION, report.cluster_text(saved["cluster"])))
+    log(f"wrote the cluster section of {args.out} and `cluster` in {data}")
+    return 0
+
+
 def _importable(module: str) -> bool:
     try:
         importlib.import_module(module)
@@ -193,11 +220,16 @@ def main() -> int:
     parser.add_argument("--skip", default="", help=f"comma-separated sections to leave out: {', '.join(SECTIONS)}")
     parser.add_argument("--ingest-seconds", type=float, default=30, help="measured seconds per ingestion scenario")
     parser.add_argument("--ingest-clients", type=int, default=64, help="concurrent HTTP clients of the ingestion section")
+    parser.add_argument("--cluster", action="store_true",
+                        help="also measure refresh and append on a local standalone cluster next to local[*]")
+    parser.add_argument("--cluster-rows", type=int, default=100_000, help="source rows of the cluster section")
     parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if skip - set(SECTIONS):
         parser.error(f"unknown section(s) in --skip: {', '.join(sorted(skip - set(SECTIONS)))}")
+    if args.cluster and skip == set(SECTIONS):
+        return cluster_only(args)
     needed = ("dbt.adapters.spark", "matplotlib", "pandas", "grpc", "httpx") if "views" not in skip else \
         ("matplotlib", "httpx")
     missing = [name for name in needed
@@ -237,6 +269,11 @@ def main() -> int:
         log("dev: save -> new answer in pipeframe dev")
         results["dev"] = run_script("dev_bench.py", "--repeats", str(args.repeats))
         save()
+    if args.cluster:
+        results["cluster"] = cluster_section(args)
+        save()
+    elif "cluster" in previous:  # its own date and command are on the page
+        results["cluster"] = previous["cluster"]
     if "ingest" not in skip:
         log("ingest: POST /v0/events against pipeframe serve, a plain Delta append loop, Project.append's steps")
         measured = "views" not in skip  # its Project.append figures: reused, not measured twice

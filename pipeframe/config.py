@@ -2,11 +2,16 @@
 
 Resolution order (later wins): built-in defaults, top level of pipeframe.yaml, the selected environment's
 block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRAME_SPARK_REMOTE.
+
+A value may name environment variables: `${VAR}`, `${VAR:-default}` (the default when VAR is unset or empty),
+`$${` for a literal `${`. They are substituted after the environment is chosen, so a secret that only `prod`
+uses need not be set in development.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,12 +81,82 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+class _Template(str):
+    """A YAML value that names environment variables, with where it was written; substituted by `_substitute`."""
+
+    line: int
+    column: int
+    plain: bool  # written unquoted: once substituted, `${PORT}` may read as a number, as YAML would read it
+
+
+_REFERENCE = re.compile(r"\$(\$)?\{([^}]*)\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _loader(stream: str) -> Any:
+    """PyYAML's safe loader, keeping every string that names `${...}` as a `_Template`."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_yaml_str(self, node: Any) -> Any:
+            value = super().construct_yaml_str(node)
+            if "${" not in value:
+                return value
+            template = _Template(value)
+            template.line, template.column = node.start_mark.line + 1, node.start_mark.column + 1
+            template.plain = node.style is None
+            return template
+
+    Loader.add_constructor("tag:yaml.org,2002:str", Loader.construct_yaml_str)
+    return Loader(stream)
+
+
+def _substitute(value: Any, environ: Mapping[str, str]) -> Any:
+    """``value`` (a setting, or a mapping or list of them) with every `${VAR}` replaced from ``environ``."""
+    if isinstance(value, Mapping):
+        return {key: _substitute(item, environ) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_substitute(item, environ) for item in value]
+    if not isinstance(value, _Template):
+        return value
+    where = Location(CONFIG_FILE, value.line, value.column)
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(1):  # `$${...}`: written literally
+            return match.group(0)[1:]
+        name, has_default, default = match.group(2).partition(":-")
+        if not _NAME.fullmatch(name):
+            raise PipeframeError("PF002", f"`{match.group(0)}` is not a reference to an environment variable.",
+                                 "Write `${NAME}` or `${NAME:-default}`; write `$${` for a literal `${`.", where)
+        found = environ.get(name)
+        if found:
+            return found
+        if has_default:
+            return default
+        if found is None:
+            raise PipeframeError("PF008", f"`{match.group(0)}` names the environment variable {name}, which is not set.",
+                                 f"Set {name} in the environment (e.g. a CI secret), or give a default: "
+                                 f"`${{{name}:-value}}`.", where)
+        return found
+
+    text = _REFERENCE.sub(replace, value)
+    if not value.plain:
+        return text
+    import yaml  # a plain scalar reads as YAML would read the substituted text: `${FLUSH_MS:-50}` is a number
+
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(yaml.ScalarNode(loader.resolve(yaml.ScalarNode, text, (True, False)), text))
+    finally:
+        loader.dispose()
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml  # only projects with a pipeframe.yaml pay for it (`pipeframe check` starts in a fresh process)
 
     where = Location(CONFIG_FILE)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader)  # a SafeLoader (see `_loader`)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is not None:
@@ -159,6 +234,7 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
                                  f"Choose one of: {', '.join(sorted(environments))}, or add it under `environments:`.",
                                  Location(CONFIG_FILE))
 
+    data = {key: value if key == "environments" else _substitute(value, environ) for key, value in data.items()}
     spark = dict(data.get("spark") or {})
     master = environ.get("PIPEFRAME_SPARK_MASTER") or spark.get("master") or "local[*]"
     remote = environ.get("PIPEFRAME_SPARK_REMOTE") or spark.get("remote") or None

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.engine.groupcommit import GroupCommitter
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.lifecycle import ViewStatus
+    from pipeframe.engine.localserver import LocalServer
     from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
     from pipeframe.engine.query import DataFrame
     from pipeframe.engine.session import SparkSession
@@ -282,6 +283,27 @@ class Project:
         self.require_datafiles(allow_empty=True)  # a folder that is no project starts no JVM
 
         return get_session(self.config)
+
+    # ------------------------------------------------------------------------ the warm local engine
+    def local_start(self, port: int | None = None) -> LocalServer:
+        """Start this project's local Spark Connect engine in the background (`pipeframe local start`): while it
+        is up, every command of the project uses it instead of starting Spark."""
+        from pipeframe.engine.localserver import start
+
+        self.require_datafiles(allow_empty=True)
+        return start(self.config, port)
+
+    def local_stop(self) -> LocalServer | None:
+        """Stop this project's local engine; the one stopped, or None when none was running."""
+        from pipeframe.engine.localserver import stop
+
+        return stop(self.root)
+
+    def local_status(self) -> LocalServer | None:
+        """This project's local engine while it is up, else None."""
+        from pipeframe.engine.localserver import running
+
+        return running(self.root)
 
     @cached_property
     def warehouse(self) -> Warehouse:

@@ -269,25 +269,28 @@ def _kind(value: Any) -> str:
 def isolated_project(project: Project, on_step: Callable[[str], None] | None = None) -> Iterator[Project]:
     """`project` deployed into a fresh temporary warehouse with its fixtures loaded; removed on exit.
 
-    It runs in a child of the project's session (`newSession()`): the same warm SparkContext, so no restart for
-    another warehouse, but its own temporary views, so the names registered for the temporary tables never
-    shadow the project's own (e.g. under `pipeframe dev`). Tables are addressed by path, so the session's
-    `spark.sql.warehouse.dir` is never used."""
+    It runs in a child of the project's session (`newSession()`, or a second session on the same Spark Connect
+    server): the same warm engine, so no restart for another warehouse, but its own temporary views, so the names
+    registered for the temporary tables never shadow the project's own (e.g. under `pipeframe dev`). Tables are
+    addressed by path, so the session's `spark.sql.warehouse.dir` is never used."""
+    from pipeframe.engine.session import child_session, release_child
     from pipeframe.project import Project
 
     project.require_valid()
     step = on_step or (lambda _: None)
     spark = project.spark
-    # Spark Connect sessions have no children; they are shared as they are.
-    child = spark.newSession() if hasattr(spark, "newSession") else spark
-    with tempfile.TemporaryDirectory(prefix="pipeframe-test-") as warehouse:
-        environ = {**project.environ, "PIPEFRAME_WAREHOUSE": warehouse}
-        built = Project(project.root, env=project.env, environ=environ, spark=child)
-        step("deploy")
-        built.deploy()
-        step("fixtures")
-        built.load_fixtures()
-        yield built
+    child = child_session(spark)
+    try:
+        with tempfile.TemporaryDirectory(prefix="pipeframe-test-") as warehouse:
+            environ = {**project.environ, "PIPEFRAME_WAREHOUSE": warehouse}
+            built = Project(project.root, env=project.env, environ=environ, spark=child)
+            step("deploy")
+            built.deploy()
+            step("fixtures")
+            built.load_fixtures()
+            yield built
+    finally:
+        release_child(spark, child)
 
 
 def run_cases(built: Project, cases: Sequence[Case], update: bool = False,

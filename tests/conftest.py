@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
+
+# Every JVM the tests start (the shared sessions, worker processes, CLI subprocesses, servers) compiles with C1
+# only and collects with the serial collector: test data is tiny, so the C2 compiler's and the parallel
+# collector's threads only compete with the other test worker for this machine's two cores. Measured side by
+# side on a loaded machine, the README's main job took ~40% less time this way. Semantics do not change.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 SALES = """\
 SCHEMA >

@@ -106,6 +106,10 @@ STATES: tuple[AggregateState, ...] = (
     AggregateState("sum", ("sum",), ("sum",), "sum({x})", "sum({c})", "sum({c})", _sum_type, rollup=("sum",)),
     AggregateState("min", ("min",), ("min",), "min({x})", "min({c})", "min({c})", _same, rollup=("min",)),
     AggregateState("max", ("max",), ("max",), "max({x})", "max({c})", "max({c})", _same, rollup=("max",)),
+    # ClickHouse's any(x) returns some non-NULL value of the group; the state keeps the least one (min semantics),
+    # so a view answers the same whatever blocks its rows arrived in. anyLast/anyHeavy have no such state.
+    AggregateState("any", ("any_value",), ("any",), "min({x})", "min({c})", "min({c})", _same, rollup=("min",),
+                   note="keeps the least non-NULL value, so the answer does not depend on block order"),
     AggregateState("avg", ("avg", "mean"), ("avg",),
                    "named_struct('sum', sum(CAST({x} AS DOUBLE)), 'count', count({x}))",
                    "named_struct('sum', sum({c}.sum), 'count', sum({c}.count))",
@@ -158,7 +162,6 @@ NOT_MERGEABLE: dict[str, tuple[str, str]] = {
     "first_value": ("first_value() without an ordering depends on block order", "use min_by(value, ts)"),
     "last": ("last() without an ordering depends on how rows are split into blocks", "use max_by(value, ts)"),
     "last_value": ("last_value() without an ordering depends on block order", "use max_by(value, ts)"),
-    "any_value": ("any_value() picks a row that depends on block order", "use min(x) or max(x)"),
     "string_agg": ("string_agg order depends on block order", "compute it in an endpoint"),
     "listagg": ("listagg order depends on block order", "compute it in an endpoint"),
     "kurtosis": ("kurtosis has no state in pipeframe yet", "compute it in an endpoint over the raw datasource"),

@@ -20,6 +20,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel, UnsupportedError
 
 from pipeframe.compiler.aggregates import ALL_AGGREGATES, split_clickhouse_name
+from pipeframe.compiler.final import FINAL_MARK
 from pipeframe.compiler.spark_functions import SPARK_FUNCTIONS
 
 CLICKHOUSE = Dialect.get_or_raise("clickhouse")
@@ -56,7 +57,8 @@ def _bucket(seconds: int) -> str:
 _URL_PARTS = "REGEXP_EXTRACT_ALL({0}, '^[A-Za-z0-9+.-]+://[^/?#]*[/?#]*|[^/?#]+[/?#]*', 0)"
 
 TEMPLATES: dict[str, tuple[tuple[int, ...], str]] = {
-    "todatetime": ((1,), "CAST({0} AS TIMESTAMP)"),
+    # A DateTime has whole seconds: toDateTime drops a DateTime64's (or a number's) fraction.
+    "todatetime": ((1,), "date_trunc('SECOND', CAST({0} AS TIMESTAMP))"),
     "todatetime64": ((1, 2), "CAST({0} AS TIMESTAMP)"),
     "todate": ((1,), "CAST({0} AS DATE)"),
     "todate32": ((1,), "CAST({0} AS DATE)"),
@@ -79,10 +81,10 @@ TEMPLATES: dict[str, tuple[tuple[int, ...], str]] = {
     "toint64ornull": ((1,), "TRY_CAST({0} AS BIGINT)"),
     "tofloat64ornull": ((1,), "TRY_CAST({0} AS DOUBLE)"),
     "todateornull": ((1,), "TRY_CAST({0} AS DATE)"),
-    "todatetimeornull": ((1,), "TRY_CAST({0} AS TIMESTAMP)"),
-    "parsedatetimebesteffort": ((1,), "CAST({0} AS TIMESTAMP)"),
+    "todatetimeornull": ((1,), "date_trunc('SECOND', TRY_CAST({0} AS TIMESTAMP))"),
+    "parsedatetimebesteffort": ((1,), "date_trunc('SECOND', CAST({0} AS TIMESTAMP))"),
     "parsedatetime64besteffort": ((1, 2), "CAST({0} AS TIMESTAMP)"),
-    "parsedatetimebesteffortornull": ((1,), "TRY_CAST({0} AS TIMESTAMP)"),
+    "parsedatetimebesteffortornull": ((1,), "date_trunc('SECOND', TRY_CAST({0} AS TIMESTAMP))"),
     "today": ((0,), "current_date()"),
     "yesterday": ((0,), "date_sub(current_date(), 1)"),
     "now": ((0, 1), "current_timestamp()"),  # now('tz') is the same instant
@@ -157,6 +159,7 @@ SPARK_TABLE_FUNCTIONS = frozenset({"range", "explode", "explode_outer", "inline"
 HINTS: dict[str, str] = {
     "extractall": "Write the pattern as a string constant, or use regexp_extract_all(s, pattern, group).",
     "anylast": "Use max_by(x, ts) (the value at the latest ts).",
+    "anyheavy": "Use mode(x) (the most frequent value) in an endpoint over the raw datasource.",
     "error": "Remove the call, or use raise_error('message').",
     "tuple": "Use struct(a, b) or named_struct('a', a, 'b', b).",
     "tostartofinterval": "Write toStartOfInterval(ts, INTERVAL n unit) with a constant n and a unit from second "
@@ -312,6 +315,37 @@ def boolean_aggregates(tree: exp.Expression, problems: list[Problem]) -> exp.Exp
         if isinstance(node.this, _CONDITIONS) or (
                 isinstance(node.this, exp.Paren) and isinstance(node.this.this, _CONDITIONS)):
             node.set("this", exp.cast(node.this, exp.DataType.build("INT")))
+    return tree
+
+
+def _is_float(node: exp.Expression) -> bool:
+    """An expression that is a Float64 in ClickHouse whatever its inputs: a division, an average, a float cast."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Div | exp.Avg):
+        return True
+    if isinstance(node, exp.Cast):
+        return node.to.this in (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
+    return (_call_name(node) or "").lower() in ("tofloat64", "tofloat32", "tofloat64orzero", "tofloat64ornull")
+
+
+def float_rounding(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """ClickHouse's `round(x, n)` of a Float64 rounds x * 10^n half to even (nearbyint): `round(50 / 8, 2)` is 6.25
+    but `round(53 / 8, 2)` is 6.62, where Spark's round (half up, on the decimal text) gives 6.63 →
+    `bround(x * 1E n) / 1E n`. Only where x is certainly a float (a division, avg, toFloat64); a Decimal or
+    integer round keeps Spark's round."""
+    for node in list(tree.find_all(exp.Round)):
+        decimals = node.args.get("decimals")
+        if not _is_float(node.this) or (decimals is not None and not (
+                isinstance(decimals, exp.Literal) and not decimals.is_string and decimals.this.isdigit())):
+            continue
+        digits = int(decimals.this) if decimals is not None else 0
+        rounded = _fill("bround({0})", [node.this]) if digits == 0 else \
+            _fill(f"bround(({{0}}) * 1E{digits}) / 1E{digits}", [node.this])
+        replacement = exp.Paren(this=rounded)
+        if node is tree:
+            return replacement
+        node.replace(replacement)
     return tree
 
 
@@ -483,7 +517,30 @@ def _hidden_from_spark(select: exp.Select, column: exp.Column, definition: exp.A
     if node.arg_key != "expressions":  # WHERE, HAVING, QUALIFY
         return True
     positions = {id(p): i for i, p in enumerate(select.expressions)}
-    return positions[id(node)] < positions[id(definition)]
+    return positions[id(node)] < positions[id(definition)] or _ungrouped_aggregate_alias(select, column, definition)
+
+
+def _is_aggregate_call(node: exp.Expression) -> bool:
+    name = _call_name(node)
+    return isinstance(node, exp.AggFunc) or (name is not None and (
+        name.lower() in ALL_AGGREGATES or split_clickhouse_name(name) is not None))
+
+
+def _ungrouped_aggregate_alias(select: exp.Select, column: exp.Column, definition: exp.Alias) -> bool:
+    """`uniq(s) AS visits, sum(b) / visits` over a source that has a column `visits`: Spark takes the column (a
+    later column sees the alias only when the source has no such column), not grouped by, and rejects the query;
+    the alias of an aggregate is the only reading that stands, as in ClickHouse."""
+    if not any(_is_aggregate_call(n) for n in definition.this.walk()):
+        return False
+    group = select.args.get("group")
+    if group is not None and any(isinstance(e, exp.Column) and e.name == column.name for e in group.expressions):
+        return False
+    ancestor = column.parent
+    while ancestor is not None and ancestor is not select:
+        if _is_aggregate_call(ancestor):
+            return False
+        ancestor = ancestor.parent
+    return True
 
 
 def date_truncs(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
@@ -499,21 +556,45 @@ def date_truncs(tree: exp.Expression, problems: list[Problem]) -> exp.Expression
 
 
 def final_reads(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
-    """`FROM t FINAL` (ReplacingMergeTree deduplication) has no equivalent yet: reading without it is wrong."""
-    for final in tree.find_all(exp.Final):
-        problems.append(Problem(final.this, "`FINAL` (deduplicated reads of a ReplacingMergeTree) is not supported yet.",
-                                "Deduplicate in the query: keep the latest row per key with max_by(col, version) "
-                                "... GROUP BY the sorting key.", "final"))
+    """`FROM t FINAL` → `FROM t`, the table marked (`final.FINAL_MARK` in its meta): the compiler, which knows the
+    datasource's engine, replaces it by a deduplicating subquery (`final.dedupe_final`)."""
+    for final in list(tree.find_all(exp.Final)):
+        table = final.this
+        if not isinstance(table, exp.Table) or not table.name or table.args.get("db") \
+                or not isinstance(table.this, exp.Identifier):
+            problems.append(Problem(final, "`FINAL` applies to a datasource read by name.",
+                                    "Read the datasource itself with FINAL: FROM name FINAL.", "final"))
+            continue
+        table.meta[FINAL_MARK] = True
+        final.replace(table)
+    return tree
+
+
+def _numbered_tables(tree: exp.Expression) -> list[tuple[tuple[str, str, int], exp.Table]]:
+    """Each table with (name, alias, how many tables of that name and alias come before it)."""
+    seen: dict[tuple[str, str], int] = {}
+    numbered = []
+    for table in tree.find_all(exp.Table):
+        key = (table.name, table.alias_or_name)
+        seen[key] = seen.get(key, -1) + 1
+        numbered.append(((*key, seen[key]), table))
+    return numbered
+
+
+def _final_keys(tree: exp.Expression) -> set[tuple[str, str, int]]:
+    return {key for key, table in _numbered_tables(tree) if table.meta_get(FINAL_MARK)}
+
+
+def _mark_final(tree: exp.Expression, keys: set[tuple[str, str, int]]) -> exp.Expression:
+    """Mark again the tables read with FINAL in a tree parsed from generated text (meta does not survive it)."""
+    for key, table in _numbered_tables(tree):
+        if key in keys:
+            table.meta[FINAL_MARK] = True
     return tree
 
 
 def unsupported_clauses(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
     """ClickHouse clauses with no Spark translation yet, each with what to write instead."""
-    for ordered in tree.find_all(exp.Ordered):
-        if ordered.args.get("with_fill") is not None:
-            problems.append(Problem(ordered, "`ORDER BY ... WITH FILL` is not supported yet.",
-                                    "Join the result to the generated buckets, e.g. explode(sequence(start, end, "
-                                    "INTERVAL 1 MINUTE)), and coalesce the empty ones.", "with fill"))
     for limit in tree.find_all(exp.Limit):
         if limit.expressions:
             problems.append(Problem(limit, "`LIMIT n BY ...` is not supported yet.",
@@ -523,6 +604,125 @@ def unsupported_clauses(tree: exp.Expression, problems: list[Problem]) -> exp.Ex
         if kind == "ANY":
             problems.append(Problem(join, "`ANY ... JOIN` (one matching row per left row) is not supported yet.",
                                     "Join a subquery that keeps one row per key (GROUP BY key), then a plain JOIN.", "any"))
+    return tree
+
+
+FILL_ROWS, FILL_SERIES, FILL_KEY = "_pf_fill_rows", "_pf_fill", "_pf_fill_key"  # subquery aliases, local
+FILL_HINT = ("Write one WITH FILL key, an output column of the SELECT, with a STEP: ORDER BY ts WITH FILL [FROM a] "
+             "[TO b] STEP toIntervalMinute(1); or join the result to explode(sequence(start, end, step)) yourself.")
+_NUMERIC_AGGREGATES = ("count", "uniq", "sum", "avg")
+
+
+def _fill_bound(fill: exp.WithFill, arg: str) -> exp.Expression | None:
+    value = fill.args.get(arg)
+    return value if isinstance(value, exp.Expression) else None
+
+
+def _fill_problem(select: exp.Expression | None, ordered: exp.Ordered, fill: exp.WithFill) -> str | None:
+    """Why this WITH FILL has no translation yet, or None."""
+    if not isinstance(select, exp.Select) or len(select.args["order"].expressions) != 1:
+        return "`ORDER BY ... WITH FILL` with several ORDER BY keys is not supported yet."
+    if fill.args.get("interpolate"):
+        return "`WITH FILL ... INTERPOLATE` is not supported yet."
+    if _fill_bound(fill, "step") is None:
+        return "`WITH FILL` without STEP is not supported yet (ClickHouse's default step depends on the key's type)."
+    if ordered.args.get("desc") and (_fill_bound(fill, "from_") is not None or _fill_bound(fill, "to") is not None):
+        return "`ORDER BY ... DESC WITH FILL FROM/TO` is not supported yet."
+    key = ordered.this
+    names = [p.alias_or_name for p in select.expressions]
+    if any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star) for p in select.expressions) \
+            or not isinstance(key, exp.Column) or key.table or key.name not in names:
+        return "`WITH FILL` on a key that is not a named output column of the SELECT is not supported yet."
+    return None
+
+
+def _fill_default(projection: exp.Expression) -> exp.Expression | None:
+    """The value ClickHouse puts in a filled row for this column, as far as its expression shows its type: 0 for a
+    count, sum, average or arithmetic, '' for a string; None (NULL) when the expression does not tell."""
+    value = projection.this if isinstance(projection, exp.Alias) else projection
+    while isinstance(value, exp.Paren):
+        value = value.this
+    name = (_call_name(value) or "").lower()
+    if isinstance(value, exp.Count | exp.Sum | exp.Avg | exp.ApproxDistinct | exp.CountIf | exp.Add | exp.Sub
+                  | exp.Mul | exp.Div | exp.Mod) or name.startswith(_NUMERIC_AGGREGATES) \
+            or (isinstance(value, exp.Literal) and not value.is_string):
+        return exp.Literal.number(0)
+    if isinstance(value, exp.Concat) or (isinstance(value, exp.Literal) and value.is_string):
+        return exp.Literal.string("")
+    return None
+
+
+def _filled(select: exp.Select, ordered: exp.Ordered, fill: exp.WithFill) -> exp.Select:
+    """`SELECT ... ORDER BY k WITH FILL FROM a TO b STEP s LIMIT n` → the rows, fully joined with the series
+    a, a + s, ... < b of k (from the least to the greatest k of the rows when FROM / TO are not given; from the
+    greatest down for DESC), the other columns of a filled row at their type's default, ordered by k, then LIMIT.
+    The rows are a subquery (read twice without FROM / TO), not a CTE: Spark SQL hoists CTEs to the statement, where
+    the same name in two nodes would clash; the query's own CTEs move to the outer query."""
+    key = ordered.this.name
+    rows = select.copy()
+    for arg in ("order", "limit", "offset", "with_"):
+        rows.set(arg, None)
+    start, stop, step = _fill_bound(fill, "from_"), _fill_bound(fill, "to"), _fill_bound(fill, "step")
+    assert step is not None
+    row_key = exp.column(key, FILL_ROWS, quoted=True)
+    if ordered.args.get("desc"):  # only without FROM / TO: from the greatest key down
+        low, high = exp.Max(this=row_key.copy()), exp.Min(this=row_key.copy())
+        step = exp.Neg(this=exp.Paren(this=step.copy()))
+    else:
+        low = start.copy() if start is not None else exp.Min(this=row_key.copy())
+        high = stop.copy() if stop is not None else exp.Max(this=row_key.copy())
+    series: exp.Expression = exp.Anonymous(this="sequence", expressions=[low, high, step.copy()])
+    if stop is not None:  # ClickHouse's TO is exclusive
+        series = exp.Anonymous(this="filter", expressions=[series, exp.Lambda(
+            this=exp.LT(this=exp.column("_pf_v"), expression=stop.copy()), expressions=[exp.to_identifier("_pf_v")])])
+    generate = exp.select(exp.alias_(exp.Explode(this=series), FILL_KEY))
+    if start is None or stop is None:
+        generate = generate.from_(rows.copy().subquery(FILL_ROWS))
+    filled_row = exp.and_(row_key.copy().is_(exp.null()), exp.Not(this=exp.column(FILL_KEY, FILL_SERIES).is_(exp.null())))
+    projections: list[exp.Expression] = []
+    for projection in select.expressions:
+        name = projection.alias_or_name
+        mine = exp.column(name, FILL_ROWS, quoted=True)
+        if name == key:
+            value: exp.Expression = exp.Coalesce(this=mine, expressions=[exp.column(FILL_KEY, FILL_SERIES)])
+        else:
+            default = _fill_default(projection)
+            value = mine if default is None else exp.Case(ifs=[exp.If(this=filled_row.copy(), true=default)],
+                                                          default=mine)
+        projections.append(exp.alias_(value, name, quoted=True))
+    order = ordered.copy()
+    order.set("with_fill", None)
+    order.set("this", exp.column(key, quoted=True))
+    outer = exp.select(*projections).from_(generate.subquery(FILL_SERIES)).join(
+        rows.subquery(FILL_ROWS), join_type="FULL OUTER",
+        on=exp.EQ(this=exp.column(FILL_KEY, FILL_SERIES), expression=row_key.copy()))
+    outer.set("order", exp.Order(expressions=[order]))
+    for arg in ("limit", "offset", "with_"):
+        if select.args.get(arg) is not None:
+            outer.set(arg, select.args[arg].copy())
+    return outer
+
+
+def with_fill(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """`ORDER BY k WITH FILL [FROM a] [TO b] STEP s`: ClickHouse adds a row for each missing k of the series
+    a, a + s, ... (FROM inclusive, TO exclusive; the rows' least and greatest k when not given) → the SELECT fully
+    joined with `explode(sequence(a, b, s))` (see `_filled`). Several keys, INTERPOLATE, no STEP: problems."""
+    for ordered in list(tree.find_all(exp.Ordered)):
+        fill = ordered.args.get("with_fill")
+        if fill is None:
+            continue
+        order = ordered.parent
+        select = order.parent if isinstance(order, exp.Order) and order.arg_key == "order" else None
+        problem = _fill_problem(select, ordered, fill)
+        if problem is not None:
+            problems.append(Problem(ordered, problem, FILL_HINT, "with fill"))
+            continue
+        assert isinstance(select, exp.Select)
+        filled = _filled(select, ordered, fill)
+        if select is tree:
+            tree = filled
+        else:
+            select.replace(filled)
     return tree
 
 
@@ -624,7 +824,7 @@ def array_joins(tree: exp.Expression, problems: list[Problem]) -> exp.Expression
 
 # Order matters: clauses first, then the calls inside them; date_truncs before functions adds its own.
 TRANSFORMS: tuple[Transform, ...] = (
-    final_reads, unsupported_clauses, array_joins, numbers_tables, array_indexes, frame_functions, prewhere, scalar_with, select_aliases, distinct_ifs, random_integers, boolean_aggregates,
+    final_reads, with_fill, unsupported_clauses, array_joins, numbers_tables, array_indexes, frame_functions, prewhere, scalar_with, select_aliases, distinct_ifs, random_integers, boolean_aggregates, float_rounding,
     boolean_literals, count_star, date_truncs, functions,
 )
 
@@ -707,13 +907,15 @@ def _is_clickhouse_call(node: exp.Expression) -> bool:
 
 def looks_clickhouse(tree: exp.Expression) -> bool:
     """Whether a tree Spark's parser read only makes sense as ClickHouse: a ClickHouse function Spark lacks,
-    `count()`, a table aliased FINAL or ARRAY (`t ARRAY JOIN ...` read as Spark), a `system.` table, a number used as a condition (`WHERE 1 AND ...`)."""
+    `count()`, a table aliased FINAL or ARRAY (`t ARRAY JOIN ...` read as Spark), a `system.` table, a number used as a condition (`WHERE 1 AND ...`), `ORDER BY ... WITH FILL`."""
     for node in tree.walk():
         if isinstance(node, exp.Func) and _is_clickhouse_call(node):
             return True
         if isinstance(node, exp.Table) and node.alias.upper() in ("FINAL", "ARRAY"):  # `t FINAL`, `t ARRAY JOIN`
             return True
         if isinstance(node, exp.Table) and node.db.lower() == "system":  # ClickHouse's system tables
+            return True
+        if isinstance(node, exp.Ordered) and node.args.get("with_fill") is not None:  # ORDER BY ... WITH FILL
             return True
         if isinstance(node, exp.And | exp.Or | exp.Where) and any(
                 isinstance(side, exp.Literal) and not side.is_string
@@ -723,7 +925,12 @@ def looks_clickhouse(tree: exp.Expression) -> bool:
 
 
 def translate_calls(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
-    """Only the call translations (a tree Spark read that ClickHouse's parser cannot)."""
+    """Only the call translations (a tree Spark read that ClickHouse's parser cannot); a table Spark read as aliased
+    FINAL (`FROM t FINAL`) is marked as read with FINAL."""
+    for table in tree.find_all(exp.Table):
+        if table.alias.upper() == "FINAL":
+            table.set("alias", None)
+            table.meta[FINAL_MARK] = True
     return functions(count_star(tree, problems), problems)
 
 
@@ -744,6 +951,7 @@ def from_clickhouse(text: str) -> tuple[exp.Expression, list[Problem]]:
     problems.extend(subqueries_in_lambdas(tree))
     if problems:
         return tree, problems
+    finals = _final_keys(tree)
     try:
         spark_sql = tree.sql(dialect=SPARK, normalize_functions=False, unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as exc:
@@ -753,7 +961,7 @@ def from_clickhouse(text: str) -> tuple[exp.Expression, list[Problem]]:
     for node in spark_tree.walk():  # positions in the generated text are not positions in the file
         if node.meta:
             node.meta.clear()
-    return spark_tree, []
+    return _mark_final(spark_tree, finals) if finals else spark_tree, []
 
 
 _INTERVAL_SLOTS = {"year": 0, "quarter": 1, "month": 1, "week": 2, "day": 3, "hour": 4, "minute": 5, "second": 6}

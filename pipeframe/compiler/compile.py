@@ -12,6 +12,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pipeframe.compiler.aggregates import BY_KIND, explicit_column_state, state_type_for
+from pipeframe.compiler.final import NO_OP_ENGINES, Deduplication, deduplication, engine_name, is_replacing
 from pipeframe.compiler.graph import DAG, ResourceKey
 from pipeframe.compiler.viewplan import ParsedNodes, Verdict, ViewColumn, ViewPlan
 from pipeframe.datafiles.model import Datasource, Node, NodeType, Pipe, Resources
@@ -71,6 +72,8 @@ class CompiledPipe:
     view: CompiledView | None = None
     target: str | None = None  # DATASOURCE (materialized) or TARGET_DATASOURCE (copy)
     variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # ReplacingMergeTree datasources of the project: how a `FROM t FINAL` read of each deduplicates.
+    replacing: Mapping[str, Deduplication] = field(default_factory=dict, compare=False, repr=False)
 
     def _statement(self, upto: int, trees_of: Callable[[CompiledPipe], list[tuple[str, exp.Query]]]) -> exp.Query:
         from pipeframe.compiler.sql import inline
@@ -78,7 +81,12 @@ class CompiledPipe:
 
         own = trees_of(self)
         ctes = _upstream_ctes(self, trees_of, set()) + own[:upto]
-        return translate_merges(inline(ctes, own[upto][1]))  # type: ignore[return-value]
+        statement = translate_merges(inline(ctes, own[upto][1]))
+        if self.replacing:
+            from pipeframe.compiler.final import dedupe_final
+
+            statement = dedupe_final(statement, self.replacing)
+        return statement  # type: ignore[return-value]
 
     @cached_property
     def statement(self) -> exp.Query:
@@ -255,6 +263,7 @@ class Compiler:
         self.json_columns = {d.name: tuple(c.name for c in d.columns if c.written_type.upper().startswith("JSON"))
                              for d in resources.datasources}
         self.json_columns = {name: cols for name, cols in self.json_columns.items() if cols}
+        self.replacing = {d.name: dedup for d in resources.datasources if (dedup := deduplication(d)) is not None}
 
     # ------------------------------------------------------------------------------------------ driver
     def compile(self) -> CompiledProject:
@@ -489,6 +498,14 @@ class Compiler:
         for key in ds.sorting_key:
             if key not in names:
                 self._not_a_column(ds, key, "ENGINE_SORTING_KEY", names)
+        for keyword in ("ENGINE_VER", "ENGINE_IS_DELETED"):
+            column = ds.setting(keyword)
+            if column and column not in names:
+                self._not_a_column(ds, column, keyword, names)
+        if is_replacing(ds) and not ds.sorting_key:
+            self.sink.error("PF307", f"ReplacingMergeTree datasource `{ds.name}` has no ENGINE_SORTING_KEY: a FINAL "
+                            "read keeps one row per sorting key.", "Add `ENGINE_SORTING_KEY <columns>` (the key whose "
+                            "rows replace each other).", ds.where("ENGINE"))
         for keyword, text in (("ENGINE_PARTITION_KEY", ds.partition_key), ("ENGINE_TTL", ds.ttl)):
             if not text:
                 continue
@@ -578,6 +595,8 @@ class Compiler:
                     replace(written, definition=definition)  # type: ignore[index]
         elif output.type == "copy":
             target = output.target_datasource
+        if output.type != "materialized":
+            self._check_finals(pipe, [n for n, scan in zip(nodes, scans) if "final" in scan.sql.lower()])
         tables = sorted({n for s in scans for n, _ in s.tables})
         self._memo("columns", pipe.name, (self._source(pipe), self.variables,
                                           [(name, self._columns_key(name)) for name in tables]),
@@ -589,7 +608,45 @@ class Compiler:
         # A pipe without TYPE publishes its last node, as in Tinybird Classic.
         self.pipes[pipe.name] = CompiledPipe(
             pipe.name, pipe, output.type or "endpoint", tuple(self.reads.get(pipe.name, [])), parameters, templated,
-            trees, upstream, view, target, self.variables)
+            trees, upstream, view, target, self.variables, self.replacing)
+
+    def _check_finals(self, pipe: Pipe, nodes: list[Node]) -> None:
+        """PF311: `FROM t FINAL` where pipeframe cannot answer as ClickHouse: `t` is not a datasource, its engine has
+        no FINAL read in pipeframe, or it is a ReplacingMergeTree without the ENGINE_VER the read orders by."""
+        from pipeframe.compiler.final import final_tables
+        from pipeframe.compiler.sql import locate
+
+        for node in nodes:
+            nt = self._node_tree(pipe, node)
+            for table in final_tables(nt.tree):
+                problem = self._final_problem(table.name)
+                if problem is not None:
+                    self.sink.error("PF311", f"`{table.name} FINAL`: {problem[0]}", problem[1],
+                                    locate(table, nt.sql, nt.base, "final"))
+
+    def _final_problem(self, name: str) -> tuple[str, str] | None:
+        """Why `name FINAL` cannot be read as ClickHouse reads it (what, and the fix); None when it can."""
+        ds = self.datasource_defs.get(name)
+        if ds is None:
+            if name in self.targets:  # a generated view target: read merged per key already
+                return None
+            what = "FINAL applies to a datasource, and this is not one."
+            return what, f"Remove FINAL after `{name}`."
+        if name in self.replacing:
+            return None
+        if is_replacing(ds):
+            if ds.setting("ENGINE_VER"):
+                return None  # a key or ENGINE_VER that is not a column: PF307 on the datasource already
+            what = (f"ReplacingMergeTree datasource `{name}` has no ENGINE_VER, so the row FINAL keeps per key would "
+                    "be the last one inserted, and a pipeframe (Delta) table keeps no insertion order a query can "
+                    "read.")
+            fix = (f"Add `ENGINE_VER <column>` (a version or update timestamp that grows with each replacing row) to "
+                   f"{ds.path}: FINAL then keeps the row with the greatest version.")
+            return what, fix
+        if engine_name(ds) in NO_OP_ENGINES or name in self.targets:
+            return None
+        what = f"FINAL on a {ds.engine} datasource is not supported yet (only ReplacingMergeTree deduplicates)."
+        return what, "Read it without FINAL and aggregate in the query."
 
     def _check_columns(self, pipe: Pipe, nodes: list[Node]) -> None:
         """PF310: `alias.column` where the datasource, earlier node or subquery `alias` names has no such column."""

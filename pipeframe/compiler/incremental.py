@@ -14,6 +14,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from pipeframe.compiler.aggregates import BY_PLAIN_NAME, NOT_MERGEABLE, AggregateState
+from pipeframe.compiler.final import FINAL_MARK
 from pipeframe.compiler.functions import NON_DETERMINISTIC, aggregates_in, call_of, combinator, is_aggregate
 from pipeframe.compiler.sql import locate
 from pipeframe.datafiles.model import Node, Pipe
@@ -207,7 +208,7 @@ def mergeable_aggregates(ctx: ViewContext) -> None:
                            "sketch, ~1.6% error) to the node, or write approx_count_distinct(x).", out, body)
         elif call.name not in BY_PLAIN_NAME and call.name != "count":
             ctx.report("PF408", f"{call.written}() has no mergeable state in pipeframe.",
-                       "Use one of: count, sum, min, max, avg, approx_count_distinct, percentile_approx, max_by, "
+                       "Use one of: count, sum, min, max, any, avg, approx_count_distinct, percentile_approx, max_by, "
                        "min_by, variance, stddev (or their State forms).", out, body, call.written)
 
 
@@ -219,6 +220,19 @@ def reads_own_target(ctx: ViewContext) -> None:
                            "into itself.", "Read the source datasource instead, or materialize into a different "
                            "datasource.", nt, table)
                 return
+
+
+def final_reads(ctx: ViewContext) -> None:
+    """`FROM t FINAL` keeps one row per key across the whole table: a later row replaces an earlier one, which a
+    block of new rows cannot take back from the states already written."""
+    for nt, node in _walk(ctx):
+        if node.meta_get(FINAL_MARK):
+            ctx.report("PF417", f"The materialized pipe reads `{node.name or node.alias_or_name} FINAL`: a "
+                       "deduplicated read (the latest row per key) cannot be maintained incrementally, since each "
+                       "block of new rows would have to take back what the rows it replaces added.",
+                       "Read FINAL in an endpoint or a copy pipe (they read every row), or materialize without FINAL "
+                       "and deduplicate on read, e.g. argMax(col, version) grouped by the key.", nt, node, "final")
+            return
 
 
 def outer_joins(ctx: ViewContext) -> None:
@@ -321,7 +335,7 @@ def cascade_states(ctx: ViewContext) -> None:
 
 RULES: tuple[Callable[[ViewContext], None], ...] = (
     window_functions, order_by, limit_offset, having, distinct, non_deterministic, nested_aggregates,
-    mergeable_aggregates, reads_own_target, outer_joins, self_join, cascade_states, join_triggers,
+    mergeable_aggregates, reads_own_target, final_reads, outer_joins, self_join, cascade_states, join_triggers,
 )
 
 

@@ -110,7 +110,7 @@ def _function_type(node: exp.Func, scope: Scope) -> str | None:
         if form in ("State", "StateIf", "MergeState"):
             return state_type_for(state, arg_types) if form != "MergeState" else arg_types[0] if arg_types else None
         return FUNCTION_TYPES.get(next(iter(state.plain_names), state.kind), None) if state.kind not in (
-            "sum", "min", "max") else (arg_types[0] if state.kind != "sum" else state_type_for(state, arg_types))
+            "sum", "min", "max", "any") else (arg_types[0] if state.kind != "sum" else state_type_for(state, arg_types))
     if call.name == "sum":
         return BY_PLAIN_NAME["sum"].state_type(arg_types) if arg_types else None
     if call.name in SAME_AS_FIRST_ARG:

@@ -121,7 +121,7 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         value_type = VALUE_TYPES.get(state.kind)
         if state.kind == "sum":
             value_type = physical
-        elif state.kind in ("min", "max", "arg_max", "arg_min"):
+        elif state.kind in ("min", "max", "any", "arg_max", "arg_min"):
             value_type = arg_types[0] if arg_types else None
         if state.kind == "quantiles" and len(params) > 1:
             value_type = "ARRAY<DOUBLE>"
@@ -179,7 +179,7 @@ def translate_merges(tree: exp.Expression) -> exp.Expression:
         elif form in ("State", "StateIf"):
             sql = state.state_sql(args, params)
         else:  # plain xIf / uniqExact(x): the ordinary aggregate (over the filtered values)
-            sql = state.state_sql(args, params) if state.kind in ("count_if", "count", "sum", "min", "max") \
+            sql = state.state_sql(args, params) if state.kind in ("count_if", "count", "sum", "min", "max", "any") \
                 else state.plain_sql(args, params)
         node.replace(sqlglot.parse_one(sql, read=DIALECT))
     return tree

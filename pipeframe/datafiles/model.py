@@ -65,6 +65,10 @@ class Datasource:
     def where(self, keyword: str) -> Location:
         return dict(self.keyword_locations).get(keyword, self.location)
 
+    def setting(self, keyword: str) -> str | None:
+        """An ENGINE_* value kept in `engine_settings` (`ENGINE_VER`, `ENGINE_IS_DELETED`, ...), unquoted."""
+        return dict(self.engine_settings).get(keyword)
+
 
 @dataclass(frozen=True)
 class Node:

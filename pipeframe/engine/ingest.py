@@ -250,6 +250,7 @@ class Ingestor:
 
         The batch is evaluated once (persisted): one job finds the misfit rows (without a shuffle while they are
         few), the writes read the cache, and the accepted rows are counted by the commit itself."""
+        self.warehouse.require_safe_writers()
         from pyspark import StorageLevel
 
         from pipeframe.engine import tables
@@ -315,6 +316,7 @@ class Ingestor:
 
     def delete(self, table: DeployedResource, where: str | None) -> int:
         """Delete rows in place (all of them without `where`); returns how many."""
+        self.warehouse.require_safe_writers()
         from pipeframe.engine import tables
 
         condition = f" WHERE {where}" if where else ""

@@ -7,11 +7,14 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import socket
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -29,9 +32,13 @@ if TYPE_CHECKING:
 
 DEFAULT_CHUNK_ROWS = 1_000_000
 RECENT_COMMITS = 50  # source history read per refresh; a view further behind reads the rest
+# Views refreshed at once: a view's refresh is mostly waiting (Delta log reads and commits, the driver planning a
+# small job), so independent views overlap; a view still starts only after the views it reads are refreshed.
+REFRESH_THREADS = 4
 ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp")
 
 StepHook = Callable[[str], None]
+_BATCH_NAME = re.compile(rf"\b{BATCH_RELATION}\b")  # where a view's state query reads its block of new rows
 
 
 class WatermarkMissing(Exception):
@@ -118,6 +125,7 @@ class Materializer:
         self._recent: dict[str, list[tables.Commit]] = {}
         self._batches: dict[tuple[str, int, int], DataFrame] = {}
         self._readers: Counter[str] = Counter()
+        self._cache_lock = threading.Lock()  # the two caches above, shared by the refresh threads
 
     # ------------------------------------------------------------------------------------ lookup
     def views(self) -> list[DeployedResource]:
@@ -150,25 +158,48 @@ class Materializer:
 
     # ----------------------------------------------------------------------------------- refresh
     def refresh(self, views: list[DeployedResource] | None = None, full: bool = False) -> list[ViewRefresh]:
-        """Bring views up to date with their sources, upstream first; one failing view does not stop the rest."""
+        """Bring views up to date with their sources, upstream first; one failing view does not stop the rest.
+
+        Incremental refreshes of independent views run at once (`REFRESH_THREADS`, Spark's FAIR pool "views");
+        a view starts once every view it reads has been refreshed. The answers come in the order of `views`."""
+        self.warehouse.require_safe_writers()
         views = self.views() if views is None else views
         records = self.warehouse.view_records()
-        results: list[ViewRefresh] = []
         self._readers = Counter(v.state.source or "" for v in views)
         try:
+            if not full:
+                return self._refresh_concurrently(views, records)
+            results: list[ViewRefresh] = []
             for view in views:
                 if any(r.view == view.state.name for r in results):
                     continue  # rebuilt already, as the downstream of a rebuilt view
-                record = records.get(view.state.name) or ViewRecord(view.state.name)
-                if full:
-                    results += self.rebuild(view.state.name, record=record)
-                else:
-                    results.append(self._refresh_one(self.deployed[view.key], record))
+                results += self.rebuild(view.state.name, record=records.get(view.state.name))
+            return results
         finally:
             for batch in self._batches.values():
                 batch.unpersist()
             self._recent, self._batches, self._readers = {}, {}, Counter()
-        return results
+
+    def _refresh_concurrently(self, views: list[DeployedResource], records: dict[str, ViewRecord]) -> list[ViewRefresh]:
+        if len(views) <= 1:
+            return [self._refresh_one(self.deployed[v.key], records.get(v.state.name) or ViewRecord(v.state.name))
+                    for v in views]
+        from pipeframe.engine.session import scheduler_pool
+
+        def refresh_after(upstream: list[Future], view: DeployedResource) -> ViewRefresh:
+            for future in upstream:
+                future.exception()  # waits; the upstream's own failure is reported with the upstream
+            scheduler_pool(self.spark, "views")
+            return self._refresh_one(self.deployed[view.key], records.get(view.state.name) or ViewRecord(view.state.name))
+
+        futures: dict[object, Future] = {}
+        # `views` is in graph order and the pool starts tasks in the order they are given, so a view's upstream
+        # views are running or done when it starts waiting for them: no thread waits on a task not started.
+        with ThreadPoolExecutor(min(REFRESH_THREADS, len(views)), thread_name_prefix="pipeframe-refresh") as pool:
+            for view in views:
+                upstream = [futures[k] for k in view.state.depends_on if k in futures]
+                futures[view.key] = pool.submit(refresh_after, upstream, view)
+        return [future.result() for future in futures.values()]
 
     def _refresh_one(self, view: DeployedResource, record: ViewRecord) -> ViewRefresh:
         name = view.state.name
@@ -229,26 +260,31 @@ class Materializer:
         """A table's newest commits (newest first), read once per refresh until the table is written."""
         if not self._readers:  # not inside refresh(): always read afresh
             return tables.history(self.spark, path, RECENT_COMMITS)
-        if path not in self._recent:
-            self._recent[path] = tables.history(self.spark, path, RECENT_COMMITS)
-        return self._recent[path]
+        with self._cache_lock:
+            if path not in self._recent:
+                self._recent[path] = tables.history(self.spark, path, RECENT_COMMITS)
+            return self._recent[path]
 
     def _changes(self, source: DeployedResource, commits: list[tables.Commit]) -> DataFrame:
         """The rows `commits` added to `source`; cached for the refresh when other views read them too."""
         key = (source.path or "", commits[0].version, commits[-1].version)
-        if key in self._batches:
-            return self._batches[key]
-        batch = tables.read_changes(self.spark, source.state, source.path or "", commits)
-        if self._readers[source.state.name] > 1:
-            self._batches[key] = batch = batch.persist()
-        return batch
+        with self._cache_lock:
+            if key in self._batches:
+                return self._batches[key]
+            batch = tables.read_changes(self.spark, source.state, source.path or "", commits)
+            if self._readers[source.state.name] > 1:
+                self._batches[key] = batch = batch.persist()
+            return batch
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> bool:
         self._register_lookups(view.state)
-        batch.createOrReplaceTempView(BATCH_RELATION)
-        written = tables.write_states(self.spark.sql(view.state.state_sql or ""), view.state, view.path or "",
-                                      **watermark)
-        self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
+        # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
+        relation = f"{BATCH_RELATION}_{view.state.name}"
+        batch.createOrReplaceTempView(relation)
+        sql = _BATCH_NAME.sub(relation, view.state.state_sql or "")
+        written = tables.write_states(self.spark.sql(sql), view.state, view.path or "", **watermark)
+        with self._cache_lock:
+            self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
         return written
 
     def _register_lookups(self, state: ResourceState) -> None:
@@ -309,6 +345,7 @@ class Materializer:
         """Backfill a view from its source. With `truncate`, a rebuild; without, the states of the source rows
         up to the version the view started from (and matching `where`) are added to the live table: the history
         a view deployed with BACKFILL skip has not seen. An interrupted run of either kind resumes."""
+        self.warehouse.require_safe_writers()
         view = self.resolve(name)
         record = self.warehouse.view_record(view.state.name)
         if record.backfill:
@@ -402,6 +439,7 @@ class Materializer:
     # ---------------------------------------------------------------------------------- optimize
     def optimize(self, names: list[str] | None = None, retention_hours: float = 168.0) -> list[str]:
         """Compact view states to one row per key, delete rows past their TTL, compact files and vacuum."""
+        self.warehouse.require_safe_writers()
         targets = [self.table(n) for n in names] if names else \
             [r for r in self.deployed.values() if r.state.has_table and r.path]
         done = []

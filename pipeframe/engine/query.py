@@ -117,7 +117,11 @@ def _from_spark(exc: BaseException) -> bool:
 def scan_statistics(frame: DataFrame) -> tuple[int, int]:
     """(rows, bytes) read by the file scans of an executed DataFrame, from Spark's SQL metrics.
 
-    (0, 0) when the plan is not reachable (Spark Connect)."""
+    (0, 0) when the plan is not reachable (Spark Connect, whose client has no JVM plan and no SQL metrics)."""
+    from pipeframe.engine.session import is_connect
+
+    if is_connect(frame.sparkSession):
+        return 0, 0
     try:
         plan = frame._jdf.queryExecution().executedPlan()  # the scan metrics live on the JVM plan
     except Exception:  # noqa: BLE001

@@ -7,8 +7,10 @@ PipeframeError (PF501 Java, PF502 Connect extras, PF503 start failure, PF504 bad
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
+import logging
 import os
 import re
 import shutil
@@ -163,10 +165,14 @@ class _Live:
     key: tuple[tuple[str, str], ...]
     session: SparkSession
     remote: bool
+    url: str | None = None
+    settings: tuple[tuple[str, str], ...] = ()  # what was set on a Connect session (a child gets the same)
+    ignored: tuple[str, ...] = ()  # settings a Connect server owns, not set on the session
 
 
 _lock = threading.Lock()
 _live: _Live | None = None
+_log = logging.getLogger(__name__)
 
 
 def get_session(config: ProjectConfig) -> SparkSession:
@@ -176,6 +182,7 @@ def get_session(config: ProjectConfig) -> SparkSession:
     (in the same JVM). Set PIPEFRAME_SPARK_JARS to use pre-downloaded Delta jars instead of Maven Central.
     """
     global _live
+    config, engine = with_local_engine(config)
     settings = spark_settings(config)
     key = tuple(sorted(settings.items()))
     with _lock:
@@ -188,12 +195,60 @@ def get_session(config: ProjectConfig) -> SparkSession:
             _require_java()
         _stop_locked()
         if config.spark.remote:
-            session = _start_connect(config.spark.remote, settings)
+            session, applied, ignored = _start_connect(config.spark.remote, settings)
+            if ignored and engine is None:  # the warm local engine was launched with them: nothing to say
+                _log.warning("Spark Connect: the server at %s owns %s (launch settings, set where it starts); "
+                             "pipeframe leaves %s alone.", config.spark.remote, ", ".join(ignored),
+                             "it" if len(ignored) == 1 else "them")
+            _live = _Live(key, session, True, config.spark.remote, tuple(applied.items()), tuple(ignored))
         else:
             session = _start_embedded(config, settings)
+            _live = _Live(key, session, False)
         _quiet_query_context_loggers()
-        _live = _Live(key, session, bool(config.spark.remote))
         return session
+
+
+def with_local_engine(config: ProjectConfig) -> tuple[ProjectConfig, str | None]:
+    """``config`` pointed at the project's warm local engine (`pipeframe local start`) while one is up, and that
+    engine's URL; ``config`` unchanged (and None) when spark.remote or a non-local master is set explicitly, or
+    no local engine runs (a pid file left by a dead one is removed)."""
+    if config.spark.remote or not _is_local(config.spark.master):
+        return config, None
+    from pipeframe.engine.localserver import running
+
+    server = running(config.root)
+    if server is None:
+        return config, None
+    return dataclasses.replace(config, spark=dataclasses.replace(config.spark, remote=server.url)), server.url
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no JVM handles in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def child_session(spark: SparkSession) -> SparkSession:
+    """A new session sharing ``spark``'s engine (the same warm SparkContext or Connect server) with its own
+    temporary views and SQL settings: `newSession()` on embedded Spark; on Spark Connect, which has no
+    `newSession()`, a second session on the same server with the same session settings. Stop it with
+    `release_child`."""
+    if not is_connect(spark):
+        return spark.newSession()
+    from pyspark.sql import SparkSession
+
+    live = _live
+    if live is None or live.session is not spark or live.url is None:
+        return spark  # a Connect session pipeframe did not start: its URL and settings are unknown; shared
+    child = SparkSession.builder.remote(live.url).create()
+    _apply_connect_settings(child, dict(live.settings))
+    return child
+
+
+def release_child(spark: SparkSession, child: SparkSession) -> None:
+    """Stop a session `child_session` made on a Connect server (an embedded child shares the context: kept)."""
+    if child is not spark and is_connect(child):
+        with contextlib.suppress(Exception):  # the server may already be gone; the session then is too
+            child.stop()
 
 
 def _quiet_query_context_loggers() -> None:
@@ -261,7 +316,7 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
         if packages:
             builder = builder.config("spark.jars.packages", ",".join(packages))
     else:
-        resolved = ResolvedJars(packages)
+        resolved = ResolvedJars(packages, conf.get("spark.jars.excludes", ""))
         jars = resolved.load()
         if not jars:  # another process may be resolving the same jars: wait for it rather than race ivy
             resolving.enter_context(resolved.lock())
@@ -305,9 +360,12 @@ class ResolvedJars:
     earlier start, remembered per set of packages and versions under ~/.cache/pipeframe, so later starts put
     them on the classpath directly. Forgotten when any of the files is gone (ivy then resolves again)."""
 
-    def __init__(self, packages: list[str]) -> None:
+    def __init__(self, packages: list[str], excludes: str = "") -> None:
+        # spark.jars.excludes changes what ivy resolves (e.g. hadoop-aws without the AWS SDK bundle): part of the key.
+        excluded = sorted(e.strip() for e in excludes.split(",") if e.strip())
         key = ",".join([f"pyspark={importlib.metadata.version('pyspark')}",
-                        f"delta-spark={importlib.metadata.version('delta-spark')}", *sorted(packages)])
+                        f"delta-spark={importlib.metadata.version('delta-spark')}", *sorted(packages),
+                        *(f"exclude={e}" for e in excluded)])
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
         self.path = cache / f"jars-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
 
@@ -359,7 +417,9 @@ def _build_session_state(session: SparkSession) -> None:
         py4j.java_gateway.get_return_value = converting
 
 
-def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
+def _start_connect(url: str, settings: dict[str, str]) -> tuple[SparkSession, dict[str, str], list[str]]:
+    """A Connect session on ``url`` with the session-level ``settings`` set; returns it, the settings set and the
+    names of those the server owns (launch-time and static settings such as spark.driver.memory), left alone."""
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
@@ -374,15 +434,49 @@ def _start_connect(url: str, settings: dict[str, str]) -> SparkSession:
                              "(sc://host:port).") from exc
     try:
         session = SparkSession.builder.remote(url).getOrCreate()
-        for name, value in settings.items():
-            if name != "spark.remote":
-                session.conf.set(name, value)
+        applied, ignored = _apply_connect_settings(session, connect_settings(settings))
     except PySparkException as exc:
         reason = first_meaningful_line(str(exc)) or type(exc).__name__
         raise PipeframeError("PF503", f"Spark Connect at {url} is not usable: {_sentence(reason)}",
-                             "With spark.remote, spark.conf may hold only session settings (spark.sql.* and "
-                             "the like); the server owns the rest.") from exc
-    return session
+                             "Fix the setting named in spark.conf of pipeframe.yaml; with spark.remote the server "
+                             "keeps its own launch settings (spark.driver.*, spark.sql.extensions, ...).") from exc
+    return session, applied, ignored
+
+
+def _apply_connect_settings(session: SparkSession, wanted: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Set ``wanted`` on a Connect session: (the settings it holds now, those its server owns and refused)."""
+    from pyspark.errors import PySparkException
+
+    changes = settings_to_set(wanted, session.conf.getAll)  # one round trip; most already hold (local engine)
+    applied = {name: value for name, value in wanted.items() if name not in changes}
+    ignored = []
+    for name, value in changes.items():
+        try:
+            session.conf.set(name, value)
+        except PySparkException as exc:
+            if not server_owned(str(exc)):
+                raise
+            ignored.append(name)
+        else:
+            applied[name] = value
+    return applied, ignored
+
+
+def connect_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """What pipeframe tries to set on a Connect session: every setting but the connection itself."""
+    return {name: value for name, value in settings.items() if name != "spark.remote"}
+
+
+def settings_to_set(wanted: Mapping[str, str], current: Mapping[str, str]) -> dict[str, str]:
+    """The settings of ``wanted`` that a Connect session does not hold yet (``current`` is what it holds)."""
+    return {name: value for name, value in wanted.items() if current.get(name) != value}
+
+
+def server_owned(error: str) -> bool:
+    """Whether a Connect server refused a setting because it is not modifiable at runtime (a launch-time or
+    static setting, which the server owns), as opposed to a bad value."""
+    return "CANNOT_MODIFY_CONFIG" in error or "CANNOT_MODIFY_STATIC_CONFIG" in error \
+        or "Cannot modify the value of" in error
 
 
 def first_meaningful_line(text: str) -> str | None:

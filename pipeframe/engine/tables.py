@@ -239,6 +239,18 @@ def remove_path(spark: SparkSession, path: str) -> None:
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
         return
+    from pipeframe.engine.session import is_connect
+    from pipeframe.errors import PipeframeError
+
+    if is_connect(spark):  # no Hadoop FileSystem in a Connect client, and no SQL that deletes a folder
+        try:
+            spark.sql(f"DESCRIBE HISTORY {quote_path(path)} LIMIT 1").collect()
+        except Exception:  # noqa: BLE001 — no table there: nothing to remove
+            return
+        raise PipeframeError("PF510", f"Spark Connect cannot delete the folder {path}: a Connect client has no "
+                             "access to the warehouse's file system (Spark Connect lacks Hadoop's FileSystem API).",
+                             "The folder is no longer used by pipeframe: remove it with your storage's tool (e.g. "
+                             "`aws s3 rm --recursive`), or run this command with embedded Spark (no spark.remote).")
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]

@@ -35,6 +35,13 @@ LOCK_TTL_SECONDS = 3600
 # Reads of the state store, of view records and of Delta table histories made by this process: what tests
 # and benchmarks count to keep "deployed state is read once per command" true.
 IO: Counter[str] = Counter()
+# Warehouses on S3: Delta's LogStore there by default (S3SingleDriverLogStore) keeps commits safe only while ONE Spark
+# driver writes, because it makes a commit file exclusive with a lock inside its own JVM (S3 had no put-if-absent).
+# Every guard pipeframe has between processes (the deploy lock, a view's refresh watermark, idempotency keys) rests
+# on those commits, so pipeframe writes there only once pipeframe.yaml names the LogStore (docs/cluster.md).
+S3_SCHEMES = ("s3", "s3a", "s3n")
+SINGLE_DRIVER_LOGSTORE = "io.delta.storage.S3SingleDriverLogStore"
+MULTI_DRIVER_LOGSTORE = "io.delta.storage.S3DynamoDBLogStore"
 VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
                 "backfill STRING, updated_at TIMESTAMP")
 
@@ -104,6 +111,10 @@ class Warehouse:
             return self.version_of(path) >= 0  # process is creating has its folder before its first commit)
         from delta.tables import DeltaTable
 
+        from pipeframe.engine.session import is_connect
+
+        if is_connect(self.spark):  # DeltaTable needs Delta Connect's server plugin there; SQL does not
+            return self.version_of(path) >= 0
         return DeltaTable.isDeltaTable(self.spark, path)
 
     # ------------------------------------------------------------------------------- state store
@@ -132,6 +143,7 @@ class Warehouse:
                 for r in rows]
 
     def _ensure_state(self) -> None:
+        self.require_safe_writers()
         if not self._exists(self.state_path):
             try:
                 self.spark.createDataFrame([], STATE_SCHEMA).write.format("delta").mode("append") \
@@ -149,17 +161,27 @@ class Warehouse:
         self.spark.createDataFrame([row], STATE_SCHEMA).write.format("delta").mode("append").save(self.state_path)
 
     def record_failure(self, deployment: str, error: str) -> None:
-        from delta.tables import DeltaTable
+        self._update(self.state_path, f"record = 'deployment' AND key = {quote_string(deployment)}",
+                     {"result": "'failed'", "finished_at": "current_timestamp()", "error": quote_string(error[:2000])})
 
-        DeltaTable.forPath(self.spark, self.state_path).update(
-            f"record = 'deployment' AND key = {quote_string(deployment)}",
-            {"result": "'failed'", "finished_at": "current_timestamp()", "error": quote_string(error[:2000])})
+    # Writes to pipeframe's own tables are SQL (UPDATE / MERGE INTO), the same on embedded Spark and on Spark
+    # Connect, where `DeltaTable` would need Delta Connect's plugin on the server.
+    def _update(self, path: str, condition: str, assignments: dict[str, str]) -> None:
+        sets = ", ".join(f"`{column}` = {value}" for column, value in assignments.items())
+        self.spark.sql(f"UPDATE {quote_path(path)} SET {sets} WHERE {condition}")
+
+    def _merge(self, path: str, source, on: str, clauses: str) -> None:
+        """MERGE INTO the table at ``path`` from the DataFrame ``source`` (aliases t and s)."""
+        name = f"_pipeframe_merge_{uuid.uuid4().hex}"  # one per call: threads of one session never share it
+        source.createOrReplaceTempView(name)
+        try:
+            self.spark.sql(f"MERGE INTO {quote_path(path)} AS t USING {name} AS s ON {on} {clauses}")
+        finally:
+            self.spark.catalog.dropTempView(name)
 
     def commit(self, deployment: str, resources: Iterable[DeployedResource]) -> None:
         """Swap in the new set of resources and mark the deployment succeeded, in ONE Delta commit: either
         every change of the deploy becomes live, or none does."""
-        from delta.tables import DeltaTable
-
         stamp = now()
         snapshot = DeployedSnapshot.of(resources)
         rows = [{"record": "resource", "key": str(r.key), "name": r.state.name, "kind": r.state.kind,
@@ -168,23 +190,18 @@ class Warehouse:
                  "deployment": deployment} for r in snapshot.values()]
         rows.append({"record": "deployment", "key": deployment, "finished_at": stamp, "result": "succeeded"})
         source = self.spark.createDataFrame(rows, STATE_SCHEMA)
-        deployment_columns = {"finished_at": "s.finished_at", "result": "s.result"}
-        (DeltaTable.forPath(self.spark, self.state_path).alias("t")
-         .merge(source.alias("s"), "t.record = s.record AND t.key = s.key")
-         .whenMatchedUpdate("s.record = 'deployment'", deployment_columns)
-         .whenMatchedUpdateAll("s.record <> 'deployment'")
-         .whenNotMatchedInsertAll()
-         .whenNotMatchedBySourceDelete("t.record IN ('resource', 'order')")
-         .execute())
+        self._merge(self.state_path, source, "t.record = s.record AND t.key = s.key",
+                    "WHEN MATCHED AND s.record = 'deployment' THEN UPDATE SET finished_at = s.finished_at, "
+                    "result = s.result "
+                    "WHEN MATCHED AND s.record <> 'deployment' THEN UPDATE SET * "
+                    "WHEN NOT MATCHED THEN INSERT * "
+                    "WHEN NOT MATCHED BY SOURCE AND t.record IN ('resource', 'order') THEN DELETE")
         self._snapshot = snapshot
 
     def swap(self, resource: DeployedResource, version: int, path: str) -> DeployedResource:
         """Point one deployed table at a new physical version (after a rebuild outside deploy)."""
-        from delta.tables import DeltaTable
-
-        (DeltaTable.forPath(self.spark, self.state_path)
-         .update(f"record = 'resource' AND key = {quote_string(str(resource.key))}",
-                 {"version": str(int(version)), "path": quote_string(path), "deployed_at": "current_timestamp()"}))
+        self._update(self.state_path, f"record = 'resource' AND key = {quote_string(str(resource.key))}",
+                     {"version": str(int(version)), "path": quote_string(path), "deployed_at": "current_timestamp()"})
         swapped = DeployedResource(resource.state, int(version), path, now())
         self._snapshot = self.snapshot().replaced(swapped)
         return swapped
@@ -203,8 +220,7 @@ class Warehouse:
 
     def save_view_record(self, record: ViewRecord) -> None:
         """Upsert one view's record (a record with nothing to say is deleted: the view is active)."""
-        from delta.tables import DeltaTable
-
+        self.require_safe_writers()
         if not self._exists(self.views_path):
             with contextlib.suppress(Exception):  # a concurrent writer may create it first
                 self.spark.createDataFrame([], VIEWS_SCHEMA).write.format("delta").mode("append") \
@@ -216,12 +232,24 @@ class Warehouse:
         source = self.spark.createDataFrame([row], VIEWS_SCHEMA)
 
         def upsert() -> None:  # retried when another view's record changed meanwhile
-            merge = DeltaTable.forPath(self.spark, self.views_path).alias("t").merge(source.alias("s"),
-                                                                                    "t.name = s.name")
-            merge = merge.whenMatchedDelete() if idle else merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
-            merge.execute()
+            self._merge(self.views_path, source, "t.name = s.name", "WHEN MATCHED THEN DELETE" if idle else
+                        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
         retrying(upsert)
+
+    # ------------------------------------------------------------------------------------- writers
+    def require_safe_writers(self) -> None:
+        """Refuse (PF609) to write to a warehouse on S3 whose settings do not name Delta's LogStore for it: the
+        default one is safe for one writing process only, and pipeframe cannot tell whether another one writes.
+        Every command that commits to the warehouse asks this first; reads never do."""
+        scheme = s3_scheme(self.uri)
+        if scheme is None:
+            return
+        conf = self.spark.conf
+        logstore = conf.get(f"spark.delta.logStore.{scheme}.impl", None) or conf.get("spark.delta.logStore.class", None)
+        problem = s3_writers_problem(self.uri, scheme, logstore)
+        if problem is not None:
+            raise problem
 
     # ------------------------------------------------------------------------------------- lock
     def acquire_lock(self, holder: str) -> None:
@@ -230,10 +258,11 @@ class Warehouse:
         The lock is a one-row Delta table taken with a conditional UPDATE; Delta's optimistic concurrency makes
         two simultaneous takes conflict, so exactly one wins. A lock left by a killed process on this host, or
         older than an hour, is taken over."""
+        self.require_safe_writers()
         try:
             if not self._exists(self.lock_path):
                 self.spark.createDataFrame([(1, None, None, None, None, None)], LOCK_SCHEMA) \
-                    .write.format("delta").mode("errorifexists").save(self.lock_path)
+                    .write.format("delta").mode("error").save(self.lock_path)  # "error": Connect's spelling too
             if self._take("holder IS NULL OR expires_at < current_timestamp()", holder):
                 return
             current = self.spark.read.format("delta").load(self.lock_path).first()
@@ -269,12 +298,9 @@ class Warehouse:
         return False
 
     def release_lock(self, holder: str) -> None:
-        from delta.tables import DeltaTable
-
         if self._exists(self.lock_path):
-            DeltaTable.forPath(self.spark, self.lock_path).update(
-                f"holder = {quote_string(holder)}",
-                {"holder": "NULL", "host": "NULL", "pid": "NULL", "acquired_at": "NULL", "expires_at": "NULL"})
+            self._update(self.lock_path, f"holder = {quote_string(holder)}",
+                         {"holder": "NULL", "host": "NULL", "pid": "NULL", "acquired_at": "NULL", "expires_at": "NULL"})
 
     # --------------------------------------------------------------------------- name mapping
     def register(self, resources: Iterable[DeployedResource]) -> None:
@@ -307,6 +333,29 @@ class Warehouse:
 def state_path(uri: str) -> str:
     """Where the state store of the warehouse at `uri` is: what is deployed, and the deployments' history."""
     return f"{uri.rstrip('/')}/_pipeframe/state"
+
+
+def s3_scheme(uri: str) -> str | None:
+    """The scheme of a warehouse on S3 (`s3a`, `s3`, `s3n`), or None for any other place."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    return scheme if scheme in S3_SCHEMES else None
+
+
+def s3_writers_problem(uri: str, scheme: str, logstore: str | None) -> PipeframeError | None:
+    """Why pipeframe will not write to the S3 warehouse `uri` whose Delta LogStore setting for `scheme` is `logstore`
+    (None when unset), or None when it will: any LogStore named on purpose is taken as the team's decision, the
+    single-driver one as "only one process writes this warehouse at a time", another one (S3DynamoDBLogStore) as
+    coordinating several."""
+    if logstore and logstore.strip():
+        return None
+    return PipeframeError(
+        "PF609", f"The warehouse {uri} is on S3, where Delta's default LogStore keeps commits safe only while ONE "
+        "process writes: a second pipeframe process (a deploy next to a `serve`, two `append`s) could overwrite "
+        "the other's commit, and the deploy lock would not stop it.",
+        f"Say which holds in pipeframe.yaml under spark.conf: `spark.delta.logStore.{scheme}.impl: "
+        f"{SINGLE_DRIVER_LOGSTORE}` when one process at a time writes this warehouse, or "
+        f"`{MULTI_DRIVER_LOGSTORE}` (jar io.delta:delta-storage-s3-dynamodb and a DynamoDB table) for several; "
+        "see docs/cluster.md.")
 
 
 def local_version(path: str) -> int | None:

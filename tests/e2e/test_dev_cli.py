@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pipeframe.engine.localserver import free_port
 from tests.e2e.test_deploy_cli import ROOT
 
 TEMPLATES = ROOT / "pipeframe" / "templates"
 WAIT_S = 300  # generous for a loaded machine; never asserted as a speed
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DevProcess:

@@ -6,20 +6,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
+from pipeframe.engine.localserver import free_port
 from tests.e2e.test_deploy_cli import ROOT, pipeframe
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_serve_needs_a_deploy_then_answers_the_example_endpoints(tmp_path):

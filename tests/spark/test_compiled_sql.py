@@ -6,6 +6,7 @@ through their finalizing SQL, as the engine reads them by name.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,63 @@ def test_state_sql_schema_matches_the_generated_target(spark, catalog, pipe_name
         assert produced[column.name].simpleString() == expected.simpleString(), (
             pipe_name, column.name, produced[column.name].simpleString(), expected.simpleString())
         assert target.column(column.name).type is not None
+
+
+FILL_EVENTS = "SCHEMA >\n    `ts` DateTime,\n    `v` Int32\n"
+FILL_PIPE = """\
+NODE n
+SQL >
+    SELECT toStartOfMinute(ts) AS minute, count() AS hits, sum(v) AS total, 'x' AS tag
+    FROM events
+    GROUP BY minute
+    ORDER BY minute WITH FILL STEP toIntervalMinute(1)
+TYPE endpoint
+"""
+FILL_RANGE_PIPE = """\
+NODE n
+SQL >
+    SELECT v, count() AS hits FROM events GROUP BY v ORDER BY v WITH FILL FROM 0 TO 10 STEP 2
+TYPE endpoint
+"""
+
+FILL_TWO_NODES = """\
+NODE m
+SQL >
+    SELECT toStartOfMinute(ts) AS minute, count() AS hits FROM events GROUP BY minute
+    ORDER BY minute WITH FILL STEP toIntervalMinute(1)
+NODE b
+SQL >
+    SELECT v, count() AS hits FROM events GROUP BY v ORDER BY v WITH FILL FROM 0 TO 10 STEP 2
+NODE both
+SQL >
+    SELECT (SELECT count(*) FROM m) AS minutes, (SELECT count(*) FROM b) AS values
+TYPE endpoint
+"""
+
+
+def test_with_fill_runs_and_fills_the_gaps(spark, make_project):
+    """ClickHouse's `ORDER BY ... WITH FILL` as compiled: every minute between the first and the last, the empty
+    ones at 0 / ''; a numeric FROM (inclusive) / TO (exclusive) series, off-series rows kept."""
+    rows = [(datetime(2024, 5, 1, 10, m, s), m * 10 + s) for m, s in ((0, 5), (0, 40), (3, 1), (7, 59), (7, 2))]
+    rows.append((datetime(2024, 5, 1, 10, 5, 0), 3))  # v = 3 is off the 0, 2, 4 ... series
+    compiled = Project(make_project({"datasources/events.datasource": FILL_EVENTS, "pipes/per_minute.pipe": FILL_PIPE,
+                                     "pipes/by_v.pipe": FILL_RANGE_PIPE, "pipes/both.pipe": FILL_TWO_NODES},
+                                    with_sources=False)).require_valid()
+    spark.createDataFrame(rows, "ts TIMESTAMP, v INT").createOrReplaceTempView("events")
+
+    got = [tuple(r) for r in spark.sql(compiled.pipes["per_minute"].sql).collect()]
+    minutes = [ts.replace(second=0) for ts, _ in rows]
+    expected = []
+    minute = min(minutes)
+    while minute <= max(minutes):
+        values = [v for ts, v in rows if ts.replace(second=0) == minute]
+        expected.append((minute, len(values), sum(values), "x" if values else ""))
+        minute += timedelta(minutes=1)
+    assert got == expected
+
+    got = [tuple(r) for r in spark.sql(compiled.pipes["by_v"].sql).collect()]
+    keys = sorted(set(range(0, 10, 2)) | {v for _, v in rows})
+    assert got == [(k, sum(1 for _, v in rows if v == k)) for k in keys]
+
+    # two filled nodes in one pipe (each node's query becomes one statement: their names must not clash)
+    assert [tuple(r) for r in spark.sql(compiled.pipes["both"].sql).collect()] == [(len(expected), len(keys))]

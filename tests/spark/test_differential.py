@@ -279,6 +279,7 @@ CATALOG = (
     Aggregate("sum_int", ("sum(y)",), "sumState(y)", "sumMerge({c})", "sum(y)", exact),
     Aggregate("min", ("min(x)",), "minState(x)", "minMerge({c})", "min(x)", exact),
     Aggregate("max", ("max(u)",), "maxState(u)", "maxMerge({c})", "max(u)", exact),
+    Aggregate("any", ("any_value(x)", "anySimpleState(x)"), "anyState(x)", "anyMerge({c})", "min(x)", exact),
     Aggregate("avg", ("avg(x)", "mean(x)"), "avgState(x)", "avgMerge({c})", "avg(x)", close),
     Aggregate("uniq", ("approx_count_distinct(u)", "uniq(u)"), "uniqState(u)", "uniqMerge({c})", "count(DISTINCT u)", hll),
     Aggregate("uniq_exact", ("count(DISTINCT u)", "uniqExact(u)"), "uniqExactState(u)", "uniqExactMerge({c})",

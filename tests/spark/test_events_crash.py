@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from pipeframe.engine.localserver import free_port
 from pipeframe.project import Project
 from tests.conftest import DAILY, EVENTS, HOURLY
 from tests.spark.conftest import deployed
@@ -29,11 +29,6 @@ ROWS = 5  # per request
 CLIENTS = 4
 SEED = int(os.environ.get("PIPEFRAME_CRASH_SEED", random.randrange(1_000_000)))
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def body(request: int) -> bytes:

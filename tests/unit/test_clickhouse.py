@@ -33,8 +33,10 @@ def transformed(transform: ch.Transform, sql: str) -> tuple[str, list[ch.Problem
 # ------------------------------------------------------------------------------------------ transforms
 
 @pytest.mark.parametrize(("written", "expected"), [
-    ("toDateTime(x)", "CAST(x AS TIMESTAMP)"),
-    ("toDate(toDateTime(x))", "CAST(CAST(x AS TIMESTAMP) AS DATE)"),
+    # a DateTime has whole seconds: the fraction of a DateTime64 (or of a number of seconds) is dropped
+    ("toDateTime(x)", "DATE_TRUNC('SECOND', CAST(x AS TIMESTAMP))"),
+    ("toDate(toDateTime(x))", "CAST(DATE_TRUNC('SECOND', CAST(x AS TIMESTAMP)) AS DATE)"),
+    ("parseDateTimeBestEffortOrNull(s)", "DATE_TRUNC('SECOND', TRY_CAST(s AS TIMESTAMP))"),
     ("toString(n)", "CAST(n AS STRING)"),
     ("toUInt32(n)", "CAST(n AS BIGINT)"),
     ("toFloat64OrZero(s)", "COALESCE(TRY_CAST(s AS DOUBLE), CAST(0 AS DOUBLE))"),
@@ -182,21 +184,44 @@ def test_lag_in_frame_is_lag_when_the_frame_holds_the_earlier_rows():
         "`leadInFrame` over a frame that does not reach the last row has no Spark translation."]
 
 
+@pytest.mark.parametrize(("written", "expected"), [
+    # a Float64: x * 10^n rounded half to even, as ClickHouse's nearbyint (Spark's round is half up)
+    ("round(total / n, 2)", "(BROUND((total / n) * 1E2) / 1E2)"),
+    ("round(avg(x))", "(BROUND(AVG(x)))"),
+    ("round(toFloat64(s), 1)", "(BROUND((CAST(s AS DOUBLE)) * 1E1) / 1E1)"),
+    # an integer or a Decimal, or digits that are not a constant: Spark's round
+    ("round(n, 2)", "ROUND(n, 2)"),
+    ("round(x / 2, k)", "ROUND(x / 2, k)"),
+])
+def test_float_rounding_is_half_to_even_on_the_binary_value(written, expected):
+    assert spark(f"SELECT {written} AS r FROM t WHERE 1") == f"SELECT {expected} AS r FROM t WHERE TRUE"
+
+
 def test_numbers_is_spark_range_with_a_number_column():
     assert spark("SELECT number * 2 AS even FROM numbers(10)") == (
         "SELECT number * 2 AS even FROM (SELECT id AS number FROM RANGE(0, 10)) AS numbers")
 
 
 @pytest.mark.parametrize(("sql", "message"), [
-    ("SELECT * FROM t FINAL", "`FINAL` (deduplicated reads of a ReplacingMergeTree) is not supported yet."),
-    ("SELECT d FROM t ORDER BY d WITH FILL STEP 1", "`ORDER BY ... WITH FILL` is not supported yet."),
+    ("SELECT d, e FROM t ORDER BY d WITH FILL STEP 1, e",
+     "`ORDER BY ... WITH FILL` with several ORDER BY keys is not supported yet."),
+    ("SELECT d FROM t ORDER BY d WITH FILL FROM 1 TO 9 STEP 1 INTERPOLATE (x AS x + 1)",
+     "`WITH FILL ... INTERPOLATE` is not supported yet."),
+    ("SELECT d FROM t ORDER BY d WITH FILL",
+     "`WITH FILL` without STEP is not supported yet (ClickHouse's default step depends on the key's type)."),
+    ("SELECT d FROM t ORDER BY d DESC WITH FILL FROM 9 TO 1 STEP 1",
+     "`ORDER BY ... DESC WITH FILL FROM/TO` is not supported yet."),
+    ("SELECT d + 1 AS e FROM t ORDER BY d WITH FILL STEP 1",
+     "`WITH FILL` on a key that is not a named output column of the SELECT is not supported yet."),
+    ("SELECT * FROM t ORDER BY d WITH FILL STEP 1",
+     "`WITH FILL` on a key that is not a named output column of the SELECT is not supported yet."),
     ("SELECT a FROM t LIMIT 1 BY a", "`LIMIT n BY ...` is not supported yet."),
     ("SELECT a FROM t ANY LEFT JOIN u USING a", "`ANY ... JOIN` (one matching row per left row) is not supported yet."),
 ])
 def test_clauses_without_translation_are_problems(sql, message):
     found: list[ch.Problem] = []
     tree = sqlglot.parse_one(sql, read="clickhouse")
-    for transform in (ch.final_reads, ch.unsupported_clauses):
+    for transform in (ch.final_reads, ch.with_fill, ch.unsupported_clauses):
         transform(tree, found)
     assert [p.message for p in found] == [message]
     assert all(p.hint for p in found)
@@ -247,9 +272,11 @@ def test_a_clickhouse_function_without_translation_names_the_spark_equivalent():
         "Use max_by(x, ts) (the value at the latest ts).", Location("pipes/p.pipe", 10, 29))
 
 
-def test_final_is_reported_not_read_as_an_alias():
-    assert problems("SELECT * FROM t FINAL") == [
-        ("`FINAL` (deduplicated reads of a ReplacingMergeTree) is not supported yet.", Location("pipes/p.pipe", 10, 21))]
+def test_final_is_a_mark_on_the_table_not_an_alias():
+    # The deduplication itself needs the datasource's engine: the compiler applies it (tests/unit/test_final.py).
+    tree = parse_select("SELECT * FROM t FINAL", BASE)
+    assert to_sql(tree) == "SELECT * FROM t"
+    assert [table.name for table in tree.find_all(sqlglot.exp.Table) if table.meta_get(ch.FINAL_MARK)] == ["t"]
 
 
 def test_spark_only_syntax_with_a_clickhouse_call_still_translates_the_call():
@@ -264,3 +291,57 @@ def test_replace_regexp_one_replaces_the_first_match_and_url_hierarchy_cuts_the_
     sql = spark("SELECT URLHierarchy(href)[1] AS first FROM t")
     assert sql.startswith("SELECT TRY_ELEMENT_AT(IF(href RLIKE '^[A-Za-z0-9+.-]+://', TRANSFORM(SEQUENCE(1, SIZE(")
     assert "ARRAY_JOIN(SLICE(REGEXP_EXTRACT_ALL(href, " in sql and sql.endswith("ARRAY()), 1) AS first FROM t")
+
+
+FILLED = "CASE WHEN `_pf_fill_rows`.`{k}` IS NULL AND NOT _pf_fill._pf_fill_key IS NULL THEN {d} ELSE `_pf_fill_rows`.`{c}` END"
+
+
+def test_with_fill_joins_the_rows_to_the_series_of_the_key():
+    # Without FROM / TO the series spans the rows' least to greatest key; a filled row counts 0; LIMIT comes after.
+    sql = ("SELECT count() AS cnt, toStartOfMinute(ts) AS minute FROM t GROUP BY minute "
+           "ORDER BY minute ASC WITH FILL STEP toIntervalMinute(1) LIMIT 60")
+    rows = "(SELECT COUNT(*) AS cnt, DATE_TRUNC('MINUTE', ts) AS minute FROM t GROUP BY DATE_TRUNC('MINUTE', ts))"
+    assert spark(sql) == (
+        f"SELECT {FILLED.format(k='minute', d=0, c='cnt')} AS `cnt`, "
+        "COALESCE(`_pf_fill_rows`.`minute`, _pf_fill._pf_fill_key) AS `minute` "
+        "FROM (SELECT EXPLODE(SEQUENCE(MIN(`_pf_fill_rows`.`minute`), MAX(`_pf_fill_rows`.`minute`), "
+        f"MAKE_DT_INTERVAL(0, 0, 1))) AS _pf_fill_key FROM {rows} AS _pf_fill_rows) AS _pf_fill "
+        f"FULL OUTER JOIN {rows} AS _pf_fill_rows ON _pf_fill._pf_fill_key = `_pf_fill_rows`.`minute` "
+        "ORDER BY `minute` ASC NULLS LAST LIMIT 60")
+
+
+def test_with_fill_from_is_inclusive_to_exclusive_and_defaults_follow_the_type():
+    empty = "''"
+    sql = "SELECT n, 'x' AS s, sum(v) AS total, max(w) AS top FROM t GROUP BY n ORDER BY n WITH FILL FROM 1 TO 9 STEP 2"
+    assert spark(sql) == (
+        "SELECT COALESCE(`_pf_fill_rows`.`n`, _pf_fill._pf_fill_key) AS `n`, "
+        f"{FILLED.format(k='n', d=empty, c='s')} AS `s`, {FILLED.format(k='n', d=0, c='total')} AS `total`, "
+        "`_pf_fill_rows`.`top` AS `top` "  # max(w) does not show its type: NULL in a filled row
+        "FROM (SELECT EXPLODE(FILTER(SEQUENCE(1, 9, 2), _pf_v -> _pf_v < 9)) AS _pf_fill_key) AS _pf_fill "
+        "FULL OUTER JOIN (SELECT n, 'x' AS s, SUM(v) AS total, MAX(w) AS top FROM t GROUP BY n) AS _pf_fill_rows "
+        "ON _pf_fill._pf_fill_key = `_pf_fill_rows`.`n` ORDER BY `n` NULLS LAST")
+
+
+def test_with_fill_descending_steps_down_from_the_greatest_key():
+    sql = "SELECT n, count() AS c FROM t GROUP BY n ORDER BY n DESC WITH FILL STEP 5"
+    assert "SEQUENCE(MAX(`_pf_fill_rows`.`n`), MIN(`_pf_fill_rows`.`n`), -(5))" in spark(sql)
+    assert spark(sql).endswith("ORDER BY `n` DESC")
+
+
+def test_with_fill_keeps_the_query_ctes_outside_and_no_cte_of_its_own():
+    # Spark SQL hoists every CTE to the statement: a CTE of its own would clash between two nodes of a pipe.
+    out = spark("WITH c AS (SELECT n FROM t) SELECT n FROM c ORDER BY n WITH FILL STEP 1")
+    assert out.startswith("WITH c AS (SELECT n FROM t) SELECT ") and out.count("WITH") == 1
+    assert out.count("(SELECT n FROM c) AS _pf_fill_rows") == 2
+
+
+def test_an_aggregate_alias_used_outside_an_aggregate_is_the_alias_in_spark_sql_too():
+    # zero-dollars-stats kpis.pipe: `hits` has a column `visits`; Spark would take that column, ungrouped, and
+    # reject the query. ClickHouse means the alias, the only reading that stands.
+    sql = ("SELECT date, uniq(session_id) AS visits, sum(case when a = b then 1 end) / visits AS rate, "
+           "max(visits) AS most FROM hits GROUP BY date")
+    assert spark(sql) == ("SELECT date, UNIQ(session_id) AS visits, SUM(CASE WHEN a = b THEN 1 END) / "
+                          "UNIQ(session_id) AS rate, MAX(visits) AS most FROM hits GROUP BY date")
+    # grouped by that name, the column is Spark's meaning and stays
+    assert spark("SELECT visits, count(*) AS n, n + visits AS m FROM hits GROUP BY visits") == (
+        "SELECT visits, COUNT(*) AS n, COUNT(*) + visits AS m FROM hits GROUP BY visits")

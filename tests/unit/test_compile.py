@@ -279,7 +279,7 @@ def test_clickhouse_keys_are_deployed_as_spark_sql_and_spark_keys_as_written(mak
                                      "datasources/plain.datasource": spark})).require_valid()
     events = compiled.datasources["events"].definition
     assert (events.partition_key, events.sorting_key, events.ttl) == (
-        "(YEAR(ts) * 100 + MONTH(ts))", ("id", "ts"), "CAST(ts AS TIMESTAMP) + MAKE_DT_INTERVAL(90)")
+        "(YEAR(ts) * 100 + MONTH(ts))", ("id", "ts"), "DATE_TRUNC('SECOND', CAST(ts AS TIMESTAMP)) + MAKE_DT_INTERVAL(90)")
     plain = compiled.datasources["plain"].definition
     assert (plain.partition_key, plain.ttl) == ("to_date(ts)", "ts + INTERVAL 1 DAY")
 

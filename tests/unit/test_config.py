@@ -285,3 +285,59 @@ def test_example_project_prod_and_dev():
         load_config(EXAMPLE, env="qa", environ={})
     assert info.value.code == "PF003"
     assert info.value.diagnostics[0].location == Location("pipeframe.yaml")
+
+
+SECRETS = """\
+name: ${PROJECT_NAME:-shop}
+warehouse: "${WAREHOUSE}"
+tokens:
+  admin: "${ADMIN_TOKEN}"
+ingest:
+  flush_ms: ${FLUSH_MS:-50}
+vars:
+  literal: "$${HOME}"
+  mixed: "a-${MIDDLE:-b}-c"
+  quoted_number: "${FLUSH_MS:-50}"
+environments:
+  prod:
+    spark:
+      remote: "${SPARK_REMOTE}"
+      conf:
+        spark.hadoop.fs.s3a.secret.key: "${AWS_SECRET_ACCESS_KEY}"
+"""
+
+
+def test_settings_name_environment_variables_with_defaults(tmp_path):
+    config = load_config(project(tmp_path, SECRETS),
+                         environ={"WAREHOUSE": "s3a://lake/shop", "ADMIN_TOKEN": "t0k3n", "FLUSH_MS": "70"})
+    assert (config.name, config.warehouse, dict(config.tokens)) == ("shop", "s3a://lake/shop", {"admin": "t0k3n"})
+    assert config.ingest.flush_ms == 70  # unquoted: read as YAML reads the substituted text, a number
+    assert config.vars == {"literal": "${HOME}", "mixed": "a-b-c", "quoted_number": "70"}
+
+
+def test_an_empty_variable_takes_the_default_and_an_unset_one_without_default_is_named(tmp_path):
+    root = project(tmp_path, SECRETS)
+    config = load_config(root, environ={"WAREHOUSE": "w", "ADMIN_TOKEN": "t", "PROJECT_NAME": ""})
+    assert config.name == "shop"
+    d = config_error(root, environ={"WAREHOUSE": "w"}).diagnostics[0]
+    assert (d.code, d.location.line, d.location.col) == ("PF008", 4, 10)
+    assert d.message == "`${ADMIN_TOKEN}` names the environment variable ADMIN_TOKEN, which is not set."
+    assert "${ADMIN_TOKEN:-value}" in d.hint
+
+
+def test_only_the_chosen_environment_needs_its_variables(tmp_path):
+    root = project(tmp_path, SECRETS)
+    base = {"WAREHOUSE": "w", "ADMIN_TOKEN": "t"}
+    assert load_config(root, environ=base).spark.remote is None  # prod's secrets are not needed outside prod
+    assert config_error(root, env="prod", environ={**base, "SPARK_REMOTE": "sc://h:15002"}) \
+        .diagnostics[0].message.startswith("`${AWS_SECRET_ACCESS_KEY}` names")
+    prod = load_config(root, env="prod", environ={**base, "SPARK_REMOTE": "sc://h:15002",
+                                                  "AWS_SECRET_ACCESS_KEY": "s3cr3t"})
+    assert prod.spark.remote == "sc://h:15002"
+    assert prod.spark.conf["spark.hadoop.fs.s3a.secret.key"] == "s3cr3t"
+
+
+def test_a_reference_that_is_not_a_variable_name_is_refused(tmp_path):
+    d = config_error(project(tmp_path, 'warehouse: "${not a name}"\n')).diagnostics[0]
+    assert (d.code, d.location.line) == ("PF002", 1)
+    assert "`$${`" in d.hint

@@ -233,3 +233,29 @@ def test_cascade_over_partial_states(make_project):
     report = Project(root).check()
     assert {d.code for d in report.errors} == {"PF412"}
     assert report.errors[0].location.line == 3
+
+
+def test_any_keeps_the_least_value_whatever_the_spelling(make_project):
+    """ClickHouse's any(x) returns some non-NULL value: in a view it keeps the least one, so the view does not depend
+    on how rows were split into blocks (min semantics), in every spelling."""
+    report, view = check(make_project, "SELECT product, any_value(order_id) AS a, anySimpleState(order_id) AS b,\n"
+                         "  anyState(amount) AS c, anyIf(order_id, amount > 10) AS d\nFROM sales\nGROUP BY product")
+    assert report.ok, [d.format() for d in report.diagnostics]
+    states = {c.name: c.state for c in view.plan.columns}
+    assert states == {"product": None, "a": "any", "b": "any", "c": "any", "d": "any"}
+    types = {c.name: c.type for c in view.plan.columns}
+    assert (types["a"], types["c"]) == ("STRING", "DOUBLE")  # the value's own type, as min's state
+    state_sql = view.plan.state_sql
+    assert "MIN(order_id) AS `a`" in state_sql and "MIN(order_id) AS `b`" in state_sql
+    assert "MIN(amount) AS `c`" in state_sql and "MIN(CASE WHEN amount > 10 THEN order_id END) AS `d`" in state_sql
+    assert "ANY_VALUE" not in state_sql.upper()
+    assert "min(`a`) AS `a`" in view.plan.read_sql("t")
+
+
+@pytest.mark.parametrize("function", ["anyLast", "anyHeavy"])
+def test_any_last_and_any_heavy_stay_rejected(make_project, function):
+    root = make_project({"pipes/view.pipe": mv(f"SELECT product, {function}(order_id) AS a\nFROM sales\n"
+                                                "GROUP BY product")})
+    (error,) = Project(root).check().errors
+    assert (error.code, error.location.line) == ("PF309", 3)
+    assert f"`{function}` has no Spark translation" in error.message
