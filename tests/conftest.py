@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-# Every JVM the tests start (the shared sessions, worker processes, CLI subprocesses, servers) compiles with C1
-# only and collects with the serial collector: test data is tiny, so the C2 compiler's and the parallel
-# collector's threads only compete with the other test worker for this machine's two cores. Measured side by
-# side on a loaded machine, the README's main job took ~40% less time this way. Semantics do not change.
+# The short-lived JVMs the tests start (worker processes, CLI subprocesses, servers) compile with C1 only and
+# collect with the serial collector: test data is tiny, so the C2 compiler's and the parallel collector's threads
+# only compete with the other test worker for this machine's two cores. Measured side by side on a loaded machine,
+# the README's main job took ~40% less time this way. Semantics do not change. The shared session of tests/spark,
+# which lives for the whole run, keeps the JVM's defaults (tests/spark/conftest.py).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 SALES = """\

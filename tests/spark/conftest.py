@@ -8,6 +8,7 @@ and stops this session, so tests that need a project should build it under `spar
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,14 @@ def spark_config(tmp_path_factory: pytest.TempPathFactory) -> ProjectConfig:
 
 @pytest.fixture(scope="session")
 def spark(spark_config: ProjectConfig) -> Iterator:
-    session = get_session(spark_config)
+    # This session's JVM lives for the whole run, where the C2 compiler pays off: it starts without the C1-only
+    # flags tests/conftest.py gives the short-lived JVMs (workers, CLI subprocesses, servers).
+    flags = os.environ.pop("JAVA_TOOL_OPTIONS", None)
+    try:
+        session = get_session(spark_config)
+    finally:
+        if flags is not None:
+            os.environ["JAVA_TOOL_OPTIONS"] = flags
     yield session
     stop_session()
 
