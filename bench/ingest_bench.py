@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Self
 
+import report
 from common import ratio, summary
 from scenario import ENDPOINT_COUNT, SECONDS_PER_ROW, START_EPOCH, write_pipeframe_project
 
@@ -46,6 +47,7 @@ BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
 SCENARIOS = {"A": 10, "B": 1000}  # rows per request
 SECTION = "## Real-time ingestion"
+BEFORE = "## Sections kept"  # where the section goes on a page that has none yet
 # Issue 14's targets: (key, text, comparison)
 TARGETS = {
     "requests_per_s": ("≥ 200 requests/s of 10-row batches", 200.0),
@@ -158,21 +160,6 @@ def verdicts(results: dict) -> list[tuple[str, str, bool | None]]:
     known = [v for v in visible if v is not None]
     add("visible_p95_s", max(known) if known else None, f"A {visible[0]} s, B {visible[1]} s", lambda m, g: m <= g)
     return out
-
-
-def insert_section(page: str, section: str) -> str:
-    """The page with its "Real-time ingestion" section replaced by `section` (or added before "Sections kept from
-    an earlier run", else at the end)."""
-    lines = page.rstrip("\n").splitlines()
-    if SECTION in lines:
-        start = lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    else:
-        start = end = next((i for i, line in enumerate(lines) if line.startswith("## Sections kept")), len(lines))
-    new = section.rstrip("\n").splitlines() + [""]
-    if start == len(lines) and lines and lines[-1] != "":
-        new = [""] + new
-    return "\n".join(lines[:start] + new + lines[end:]).rstrip("\n") + "\n"
 
 
 # ------------------------------------------------------------------------------------------------ rows
@@ -846,11 +833,7 @@ def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats:
 
 
 def write_docs(results: dict, page: Path) -> None:
-    data = page.with_suffix(".json")
-    saved = json.loads(data.read_text()) if data.exists() else {}
-    saved["ingest"] = results
-    data.write_text(json.dumps(saved, indent=2) + "\n")
-    page.write_text(insert_section(page.read_text() if page.exists() else "", section(results)))
+    report.save_section(page, "ingest", results, SECTION, section(results).rstrip("\n").splitlines(), BEFORE)
 
 
 def main() -> int:

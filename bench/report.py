@@ -333,6 +333,17 @@ def insert_section(page: str, heading: str, section: list[str], before: str = "#
     return "\n".join(lines[:start] + new + lines[end:]).rstrip("\n") + "\n"
 
 
+def save_section(page: Path, key: str, results: dict, heading: str, text: list[str],
+                 before: str = "## Where pipeframe loses") -> None:
+    """Keep `results` under `key` in the page's JSON (beside it) and put `text` in the page as its section
+    `heading`, leaving the rest of both as they were."""
+    data = page.with_suffix(".json")
+    saved = json.loads(data.read_text()) if data.exists() else {}
+    saved[key] = results
+    data.write_text(json.dumps(saved, indent=2) + "\n")
+    page.write_text(insert_section(page.read_text() if page.exists() else "", heading, text, before))
+
+
 def losses_text(results: dict) -> list[str]:
     """Where pipeframe loses in this run, from the figures, each with the reason we understand."""
     views = results.get("views")

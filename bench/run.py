@@ -1,7 +1,7 @@
 """Run every benchmark at one scale and write docs/benchmarks.md (tables) and docs/img/bench-*.png (charts).
 
 Usage: python bench/run.py [--rows 1000000] [--appends 20] [--growth-appends 3] [--repeats 5] [--skip check,dev]
-                          [--cluster] [--cluster-rows 100000]
+                          [--cluster] [--cluster-rows 100000] [--retract] [--retract-rows 10000000]
 
 Sections (PRODUCT.md section 8), all in one run on this machine:
   views     the events scenario: one Delta source, three views (hourly counts and sums by endpoint and status;
@@ -28,6 +28,13 @@ Sections (PRODUCT.md section 8), all in one run on this machine:
             refreshes, --repeats capped at 5 appends). A run without --cluster keeps the previous run's cluster
             figures. With every other section skipped (`--cluster --skip views,check,control,dev,ingest`) only that
             section of the page and its key in the JSON are rewritten; the rest stays exactly as it was.
+  retract   with --retract only: deletes and updates reaching views (bench/retract_bench.py, in a fresh process):
+            a source of --retract-rows rows, an invertible view (path `negate`) and one with max/HLL (path
+            `recompute`); a GDPR-style DELETE of one user's 0.1% of the rows and a 1% UPDATE, each followed by the
+            views' incremental refresh and, side by side, their rebuild (`refresh --full`), the views' rows compared
+            (--repeats capped at 2 of each). A run without --retract keeps the previous run's figures; with every
+            other section skipped (`--retract --skip views,check,control,dev,ingest`) only that section of the page
+            and its key in the JSON are rewritten.
 Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them. A section left
 out with --skip keeps its figures from the previous run (the page says which run each section comes from).
 """
@@ -49,6 +56,7 @@ from pathlib import Path
 
 import ingest_bench
 import report
+import retract_bench
 from common import ratio, summary
 from peers import Ctas, Dbt, Pipeframe, Sdp, remove, versions
 from scenario import EXACT_VIEW, SECONDS_PER_ROW, START_EPOCH, generate, write_pipeframe_project
@@ -189,15 +197,27 @@ def cluster_section(args: argparse.Namespace) -> dict:
     return results
 
 
+def retract_section(args: argparse.Namespace) -> dict:
+    log(f"retract: a delete and an update of a {args.retract_rows:,}-row source reaching two views, incremental vs "
+        "--full")
+    results = run_script("retract_bench.py", "--rows", str(args.retract_rows), "--repeats", str(min(args.repeats, 2)))
+    results["command"] = " ".join(["python", "bench/run.py", *sys.argv[1:]])
+    return results
+
+
 def cluster_only(args: argparse.Namespace) -> int:
     """Measure the cluster section alone and rewrite only it: its key in the JSON and its section of the page."""
-    data = args.out.with_suffix(".json")
-    saved = json.loads(data.read_text()) if data.exists() else {}
-    saved["cluster"] = cluster_section(args)
-    data.write_text(json.dumps(saved, indent=2) + "\n")
-    page = args.out.read_text() if args.out.exists() else ""
-    args.out.write_text(report.insert_section(page, report.CLUSTER_SECTION, report.cluster_text(saved["cluster"])))
-    log(f"wrote the cluster section of {args.out} and `cluster` in {data}")
+    results = cluster_section(args)
+    report.save_section(args.out, "cluster", results, report.CLUSTER_SECTION, report.cluster_text(results))
+    log(f"wrote the cluster section of {args.out} and `cluster` in {args.out.with_suffix('.json')}")
+    return 0
+
+
+def retract_only(args: argparse.Namespace) -> int:
+    """Measure the retract section alone and rewrite only it: its key in the JSON and its section of the page."""
+    results = retract_section(args)
+    report.save_section(args.out, "retract", results, retract_bench.SECTION, retract_bench.section(results))
+    log(f"wrote the retract section of {args.out} and `retract` in {args.out.with_suffix('.json')}")
     return 0
 
 
@@ -223,13 +243,16 @@ def main() -> int:
     parser.add_argument("--cluster", action="store_true",
                         help="also measure refresh and append on a local standalone cluster next to local[*]")
     parser.add_argument("--cluster-rows", type=int, default=100_000, help="source rows of the cluster section")
+    parser.add_argument("--retract", action="store_true",
+                        help="also measure deletes and updates reaching views: incremental refresh vs --full")
+    parser.add_argument("--retract-rows", type=int, default=10_000_000, help="source rows of the retract section")
     parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if skip - set(SECTIONS):
         parser.error(f"unknown section(s) in --skip: {', '.join(sorted(skip - set(SECTIONS)))}")
-    if args.cluster and skip == set(SECTIONS):
-        return cluster_only(args)
+    if skip == set(SECTIONS) and args.cluster != args.retract:  # only one opt-in section: rewrite only it
+        return cluster_only(args) if args.cluster else retract_only(args)
     needed = ("dbt.adapters.spark", "matplotlib", "pandas", "grpc", "httpx") if "views" not in skip else \
         ("matplotlib", "httpx")
     missing = [name for name in needed
@@ -274,6 +297,11 @@ def main() -> int:
         save()
     elif "cluster" in previous:  # its own date and command are on the page
         results["cluster"] = previous["cluster"]
+    if args.retract:
+        results["retract"] = retract_section(args)
+        save()
+    elif "retract" in previous:  # its own date and command are on the page
+        results["retract"] = previous["retract"]
     if "ingest" not in skip:
         log("ingest: POST /v0/events against pipeframe serve, a plain Delta append loop, Project.append's steps")
         measured = "views" not in skip  # its Project.append figures: reused, not measured twice
@@ -285,7 +313,12 @@ def main() -> int:
     save()
     report.write(results, args.out)
     if "ingest" in results:  # report.py does not render this section: bench/ingest_bench.py does
-        args.out.write_text(ingest_bench.insert_section(args.out.read_text(), ingest_bench.section(results["ingest"])))
+        args.out.write_text(report.insert_section(args.out.read_text(), ingest_bench.SECTION,
+                                                  ingest_bench.section(results["ingest"]).rstrip("\n").splitlines(),
+                                                  ingest_bench.BEFORE))
+    if "retract" in results:  # report.py does not render this section either: bench/retract_bench.py does
+        args.out.write_text(report.insert_section(args.out.read_text(), retract_bench.SECTION,
+                                                  retract_bench.section(results["retract"])))
     log(f"wrote {args.out}, {data} and the charts in {args.out.parent / 'img'}")
     return 0
 

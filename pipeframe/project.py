@@ -438,18 +438,20 @@ class Project:
         return results
 
     def replace(self, name: str, data: object, where: str | None = None, format: str | None = None) -> IngestResult:
-        """Replace every row of a datasource (or those matching `where`) with `data`; its views are rebuilt."""
+        """Replace every row of a datasource (or those matching `where`) with `data`. With `where`, the views
+        retract the replaced rows and add the new ones; replacing every row rebuilds them."""
         return self._ingest(name, data, format, "overwrite", where, None)
 
     def delete(self, name: str, where: str | None = None) -> tuple[int, list[ViewRefresh]]:
-        """Delete the rows matching `where` (all rows without it); the datasource's views are rebuilt."""
+        """Delete the rows matching `where` (all rows without it). With `where`, the views retract the deleted
+        rows (docs/views.md, "Deletes and updates"); deleting every row rebuilds them."""
         from pipeframe.engine.ingest import Ingestor
 
         self._known_landing(name)
         materializer = self.materializer()
         table = self._landing(materializer, name)
         deleted = Ingestor(self.spark, self.warehouse).delete(table, where)
-        return deleted, materializer.refresh(materializer.downstream([name]), full=True)
+        return deleted, materializer.refresh(materializer.downstream([name]), full=where is None)
 
     def truncate(self, name: str) -> tuple[int, list[ViewRefresh]]:
         return self.delete(name, None)
@@ -473,7 +475,7 @@ class Project:
         else:
             batch = conform_data(self.spark, data, definition)
         result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where, metadata, key)
-        return self._apply_views(name, result, on_step, views, full=mode == "overwrite")
+        return self._apply_views(name, result, on_step, views, full=mode == "overwrite" and where is None)
 
     def _landing(self, materializer: Materializer, name: str):
         table = materializer.table(name)

@@ -104,6 +104,8 @@ def print_refreshes(results) -> int:
     for r in results:
         versions = f" (source version {r.from_version} → {r.to_version})" if r.outcome == "applied" \
             and r.from_version is not None else ""
+        if r.path not in (None, "append"):  # deletes or updates reached the view: say how
+            versions += f" [{r.path}]"
         message = f": {r.message}" if r.message else ""
         click.echo(f"  {r.view}: " + click.style(r.outcome, fg=colors.get(r.outcome)) + versions + message)
     return 1 if any(r.failed for r in results) else 0

@@ -118,7 +118,8 @@ def replace(datasource: str, file: str, project_dir: str, env: str | None, fmt: 
             where: str | None) -> None:
     """Replace the rows of DATASOURCE (all, or those matching --where) with the rows of FILE.
 
-    Every new row must match --where. Views over the datasource are rebuilt from the new contents.
+    Every new row must match --where. With --where, views over the datasource retract the replaced rows and add
+    the new ones; replacing every row rebuilds them.
 
     \b
     Example:
@@ -166,7 +167,7 @@ def truncate(datasource: str, project_dir: str, env: str | None, yes: bool) -> N
 @ENV_OPTION
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")
 def delete(datasource: str, where: str, project_dir: str, env: str | None, yes: bool) -> None:
-    """Delete the rows of DATASOURCE matching --where; its views are rebuilt.
+    """Delete the rows of DATASOURCE matching --where; its views retract them (each view's groups forget them).
 
     \b
     Example:

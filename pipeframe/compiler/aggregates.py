@@ -32,6 +32,12 @@ class AggregateState:
     note: str = ""
     # The plain (non-state) aggregate for ClickHouse spellings outside a materialized pipe, e.g. uniqExact(x).
     plain: str = ""
+    # A state that, merged with this one, takes its rows back out (exact); empty when rows cannot be subtracted
+    # (min, max, sketches, sets): a view holding such a state recomputes the groups a delete touches.
+    negate: str = ""
+
+    def negate_sql(self, column: str) -> str:
+        return self.negate.format(c=column)
 
     def state_sql(self, args: list[str], params: list[str]) -> str:
         return self.state.format(x=args[0] if args else "*", y=args[1] if len(args) > 1 else "NULL",
@@ -97,13 +103,17 @@ VARIANCE_COMBINE = ("named_struct('n', sum({c}.n), 'mean', try_divide(sum({c}.n 
 VAR_POP = f"try_divide({M2}, sum({{c}}.n))"
 VAR_SAMP = f"try_divide({M2}, sum({{c}}.n) - 1)"
 VARIANCE_TYPE = _const("STRUCT<n: BIGINT, mean: DOUBLE, m2: DOUBLE>")
+# Chan's combination only needs Σn, Σn·mean and Σ(m2 + n·mean²) = Σx²: negating n and m2 subtracts the rows exactly.
+VARIANCE_NEGATE = "named_struct('n', -{c}.n, 'mean', {c}.mean, 'm2', -{c}.m2)"
+NEGATE = "-{c}"
 
 STATES: tuple[AggregateState, ...] = (
     AggregateState("count", ("count",), ("count",), "count({x})", "sum({c})", "sum({c})", _const("BIGINT"),
-                   arity=0, rollup=("sum",)),
+                   arity=0, rollup=("sum",), negate=NEGATE),
     AggregateState("count_if", ("count_if",), ("countIf",), "count_if({x})", "sum({c})", "sum({c})", _const("BIGINT"),
-                   rollup=("sum",)),
-    AggregateState("sum", ("sum",), ("sum",), "sum({x})", "sum({c})", "sum({c})", _sum_type, rollup=("sum",)),
+                   rollup=("sum",), negate=NEGATE),
+    AggregateState("sum", ("sum",), ("sum",), "sum({x})", "sum({c})", "sum({c})", _sum_type, rollup=("sum",),
+                   negate=NEGATE),
     AggregateState("min", ("min",), ("min",), "min({x})", "min({c})", "min({c})", _same, rollup=("min",)),
     AggregateState("max", ("max",), ("max",), "max({x})", "max({c})", "max({c})", _same, rollup=("max",)),
     # ClickHouse's any(x) returns some non-NULL value of the group; the state keeps the least one (min semantics),
@@ -114,7 +124,8 @@ STATES: tuple[AggregateState, ...] = (
                    "named_struct('sum', sum(CAST({x} AS DOUBLE)), 'count', count({x}))",
                    "named_struct('sum', sum({c}.sum), 'count', sum({c}.count))",
                    "try_divide(sum({c}.sum), sum({c}.count))",
-                   _const("STRUCT<sum: DOUBLE, count: BIGINT>")),
+                   _const("STRUCT<sum: DOUBLE, count: BIGINT>"),
+                   negate="named_struct('sum', -{c}.sum, 'count', -{c}.count)"),
     AggregateState("uniq", ("approx_count_distinct",), ("uniq", "uniqHLL12", "uniqCombined", "uniqCombined64"),
                    "hll_sketch_agg(CAST({x} AS STRING))", "hll_union_agg({c}, true)", HLL, _const("BINARY"),
                    exact=False, note="HLL sketch (lgConfigK 12): about 1.6% relative standard error"),
@@ -134,12 +145,12 @@ STATES: tuple[AggregateState, ...] = (
                    "named_struct('t', min({c}.t), 'v', min_by({c}.v, {c}.t))", "min_by({c}.v, {c}.t)",
                    _by_type, arity=2),
     AggregateState("var_samp", ("var_samp", "variance"), ("varSamp", "variance"), VARIANCE_STATE,
-                   VARIANCE_COMBINE, VAR_SAMP, VARIANCE_TYPE),
-    AggregateState("var_pop", ("var_pop",), ("varPop",), VARIANCE_STATE, VARIANCE_COMBINE, VAR_POP, VARIANCE_TYPE),
+                   VARIANCE_COMBINE, VAR_SAMP, VARIANCE_TYPE, negate=VARIANCE_NEGATE),
+    AggregateState("var_pop", ("var_pop",), ("varPop",), VARIANCE_STATE, VARIANCE_COMBINE, VAR_POP, VARIANCE_TYPE, negate=VARIANCE_NEGATE),
     AggregateState("stddev_samp", ("stddev", "stddev_samp", "std"), ("stddevSamp", "stddev"), VARIANCE_STATE,
-                   VARIANCE_COMBINE, f"sqrt({VAR_SAMP})", VARIANCE_TYPE),
+                   VARIANCE_COMBINE, f"sqrt({VAR_SAMP})", VARIANCE_TYPE, negate=VARIANCE_NEGATE),
     AggregateState("stddev_pop", ("stddev_pop",), ("stddevPop",), VARIANCE_STATE, VARIANCE_COMBINE,
-                   f"sqrt({VAR_POP})", VARIANCE_TYPE),
+                   f"sqrt({VAR_POP})", VARIANCE_TYPE, negate=VARIANCE_NEGATE),
 )
 
 BY_KIND = {s.kind: s for s in STATES}

@@ -40,6 +40,9 @@ class CompiledView:
     dimensions: tuple[str, ...]
     verdict: Verdict
     plan: ViewPlan | None
+    # The other datasources it joins whose changes it follows (every joined table not declared a dimension, for
+    # a view with GROUP BY): their appends, updates and deletes recompute the groups they touch.
+    joined: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -734,7 +737,9 @@ class Compiler:
         status = "rejected" if rejected or plan is None else ("rewritten" if plan.rewrites else "accepted")
         verdict = Verdict(status, plan.rewrites if plan else (), tuple(problems))  # type: ignore[arg-type]
         dims = tuple(dict.fromkeys(d for nt in node_trees for d in nt.node.dimensions))
-        return CompiledView(pipe.name, target, trigger, dims, verdict, plan), written
+        joined = tuple(dict.fromkeys(name for name, _, _ in tables if name != trigger and name not in dims
+                                     and name in self.datasources)) if plan is not None and plan.aggregated else ()
+        return CompiledView(pipe.name, target, trigger, dims, verdict, plan, joined), written
 
     def _trigger_pipe(self, node_trees: list[NodeTree]) -> CompiledPipe | None:
         """The pipe a materialized pipe's first table names, when it is a compiled pipe whose nodes can run on each

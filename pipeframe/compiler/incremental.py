@@ -283,15 +283,22 @@ def self_join(ctx: ViewContext) -> None:
 
 
 def join_triggers(ctx: ViewContext) -> None:
+    """A view with GROUP BY follows every table it joins that is not a declared dimension (their changes recompute
+    the groups they touch); one without GROUP BY follows its first table only, and says so."""
+    select = ctx.output_select
+    if select is not None and (aggregates_in(select) or select.args.get("group") is not None
+                               or select.args.get("distinct")):
+        return
     declared = set(ctx.output.node.dimensions) | {d for nt in ctx.nodes for d in nt.node.dimensions}
     warned: set[str] = set()
     for name, nt, table in ctx.other_tables:
         if name in declared or name in warned or name == ctx.trigger:
             continue
         warned.add(name)
-        ctx.report("PF410", f"Only `{ctx.trigger}` triggers this view; new rows in `{name}` will not update it.",
-                   f"If `{name}` is a lookup table, declare it with `DIMENSIONS {name}` on the node; otherwise "
-                   "use a separate materialized pipe.", nt, table, severity="warning")
+        ctx.report("PF410", f"Only `{ctx.trigger}` triggers this view; new rows in `{name}` will not update it "
+                   "(a view without GROUP BY follows its first table only).",
+                   f"If `{name}` is a lookup table, declare it with `DIMENSIONS {name}` on the node; to follow both "
+                   "tables, aggregate (GROUP BY) in the materialized pipe.", nt, table, severity="warning")
 
 
 def cascade_states(ctx: ViewContext) -> None:

@@ -94,6 +94,7 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         rewrites.append("SELECT DISTINCT → GROUP BY every column")
         aggregated = True
     replacements: dict[int, str] = {}  # projection index -> state expression SQL
+    row_count: str | None = None
     projections = tree.selects if isinstance(tree, exp.Query) else []
     for index, projection in enumerate(projections):
         if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
@@ -130,12 +131,16 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
             note = f"{name}: {call.written.lower()}(…){kept} → {state.kind} state{kept and ' with the same FILTER'}"
         if note:
             rewrites.append(note)
+        if row_count is None and state.kind == "count" and condition is None and args in ([], ["*"], ["1"]) \
+                and (comb is None or comb[1] == "State"):
+            row_count = name
         columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))
 
     nodes = ParsedNodes(tuple((nt.node.name, nt.sql, nt.base) for nt in ctx.nodes), [nt.tree for nt in ctx.nodes],
                         frozenset().union(*(nt.json_columns for nt in ctx.nodes)))
     select = StateSelect(nodes, tuple(replacements.items()), distinct_to_group, ctx.trigger)
-    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, select)
+    return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, select,
+                    row_count)
 
 
 def build_state_sql(select: StateSelect) -> str:

@@ -102,6 +102,9 @@ class StateSelect:
         return build_state_sql(self)
 
 
+PLAIN_READ = "SELECT * FROM {relation}"
+
+
 @dataclass(frozen=True)
 class ViewPlan:
     keys: tuple[str, ...]
@@ -109,26 +112,43 @@ class ViewPlan:
     rewrites: tuple[str, ...]
     aggregated: bool
     build_state_sql: Callable[[], str] = field(compare=False, repr=False)
+    # The state column counting the rows of each group (a plain count() / count(*)), when there is one: a keyed
+    # group whose count falls to zero after deletes is no longer read.
+    row_count: str | None = None
 
     @cached_property
     def state_sql(self) -> str:
         """The SELECT that turns the block of new rows (`__pf_batch`) into state rows for the target."""
         return self.build_state_sql()
 
+    def _having(self) -> str:
+        return f" HAVING sum(`{self.row_count}`) > 0" if self.row_count and self.keys else ""
+
     def read_sql(self, relation: str) -> str:
         """SELECT over the physical target that merges state rows per key into user-visible values."""
         if not self.aggregated:
-            return f"SELECT * FROM {relation}"
+            return PLAIN_READ.format(relation=relation)
         cols = ", ".join(c.read_sql() for c in self.columns)
         group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
-        return f"SELECT {cols} FROM {relation}{group}"
+        return f"SELECT {cols} FROM {relation}{group}{self._having()}"
 
     def compact_sql(self, relation: str) -> str:
-        """SELECT that folds state rows into one row per key, still as states (for optimize)."""
+        """SELECT that folds state rows into one row per key, still as states (for optimize and retractions);
+        a group whose rows were all deleted is left out."""
         if not self.aggregated:
-            return f"SELECT * FROM {relation}"
+            return PLAIN_READ.format(relation=relation)
         cols = ", ".join(
             f"`{c.name}`" if c.state is None else f"{BY_KIND[c.state].combine_sql(f'`{c.name}`')} AS `{c.name}`"
             for c in self.columns)
         group = f" GROUP BY {', '.join(f'`{k}`' for k in self.keys)}" if self.keys else ""
-        return f"SELECT {cols} FROM {relation}{group}"
+        return f"SELECT {cols} FROM {relation}{group}{self._having()}"
+
+    def negate_sql(self, relation: str) -> str | None:
+        """SELECT over state rows that takes their rows back out when merged (the retraction of deleted rows), or
+        None when a state cannot be subtracted or no column counts a group's rows."""
+        if not self.aggregated or (self.row_count is None and self.keys) or \
+                any(c.state is not None and not BY_KIND[c.state].negate for c in self.columns):
+            return None
+        cols = ", ".join(f"`{c.name}`" if c.state is None else
+                         f"{BY_KIND[c.state].negate_sql(f'`{c.name}`')} AS `{c.name}`" for c in self.columns)
+        return f"SELECT {cols} FROM {relation}"

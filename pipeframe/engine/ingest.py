@@ -292,7 +292,7 @@ class Ingestor:
         finally:
             frame.unpersist()
         if accepted is None:  # one part whose size is not known beforehand (a file): the commit counted it
-            accepted = [int((commit.metrics.get("numOutputRows") if commit else None) or good.count())]
+            accepted = [commit.added_rows if commit and "numOutputRows" in commit.metrics else good.count()]
         return (commit.version if commit else None), [Landed(a, q, r) for a, q, r in
                                                       zip(accepted, quarantined, reasons, strict=True)]
 

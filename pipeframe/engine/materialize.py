@@ -55,6 +55,7 @@ class ViewRefresh:
     to_version: int | None = None
     message: str | None = None
     rows: int | None = None  # source rows applied (as the source's commits counted them)
+    path: str | None = None  # how the rows were applied: append | negate | fold | recompute | rows
     waited_ms: float | None = None  # how long the oldest commit applied had waited when the view committed
 
     @property
@@ -126,6 +127,7 @@ class Materializer:
         self._batches: dict[tuple[str, int, int], DataFrame] = {}
         self._readers: Counter[str] = Counter()
         self._cache_lock = threading.Lock()  # the two caches above, shared by the refresh threads
+        self._temp_views: list[str] = []  # registered for one refresh (unique names: Spark Connect resolves late)
 
     # ------------------------------------------------------------------------------------ lookup
     def views(self) -> list[DeployedResource]:
@@ -179,6 +181,7 @@ class Materializer:
             for batch in self._batches.values():
                 batch.unpersist()
             self._recent, self._batches, self._readers = {}, {}, Counter()
+            self._drop_temp_views()
 
     def _refresh_concurrently(self, views: list[DeployedResource], records: dict[str, ViewRecord]) -> list[ViewRefresh]:
         if len(views) <= 1:
@@ -232,29 +235,195 @@ class Materializer:
             # Every view table records one when it is built; starting over from version 0 would count twice.
             raise WatermarkMissing(f"no source version is recorded in the history of {view.path}; run "
                                    f"`pipeframe refresh {state.name} --full` to rebuild it")
-        recent = self._recent_commits(source.path or "")
-        latest = recent[0]
-        applied = watermark.source_version
         if watermark.source_path not in (None, source.path):
             return self._mark_stale(view, f"its source `{state.source}` was rebuilt since the view last read it")
+        followed = self._follow_joined(view, source, watermark) if state.joined else False
+        if isinstance(followed, ViewRefresh):
+            return followed
+        if followed:
+            watermark = tables.read_watermark(self.spark, view.path or "")
+        recent = self._recent_commits(source.path or "")
+        latest = recent[0]
+        applied = watermark.source_version or 0
         if applied >= latest.version:
-            return ViewRefresh(state.name, "up to date", applied, applied)
+            return ViewRefresh(state.name, "applied" if followed else "up to date", applied, applied,
+                               path="join" if followed else None)
         commits = sorted((c for c in recent if c.version > applied), key=lambda c: c.version)
         if len(commits) < latest.version - applied:  # further back than the recent history read
             commits = tables.commits_between(self.spark, source.path or "", applied, latest.version)
         rewrites = [c for c in commits if c.rewrites_rows()]
+        unfollowed = [c for c in rewrites if c.operation not in tables.FOLLOWED_OPS]
+        if unfollowed:
+            return self._mark_stale(view, f"`{state.source}` was rewritten in a way its change feed does not "
+                                          f"describe ({unfollowed[0].describe()})")
+        rows = sum(c.changed_rows for c in commits)
+        joined = watermark.joined
+        watermark = {"source_version": latest.version, "source_path": source.path, "after": applied}
         if rewrites:
-            return self._mark_stale(view, f"rows of `{state.source}` were changed in place "
-                                          f"({rewrites[0].describe()})")
-        batch = self._changes(source, commits)
-        rows = sum(int(c.metrics.get("numOutputRows") or 0) for c in commits if c.changes_data)
-        if not self._write_batch(view, batch, source_version=latest.version, source_path=source.path,
-                                 after=applied, metadata={"rows": rows}):
+            try:
+                path, written = self._apply_changes(view, source, commits, watermark, rows, joined)
+            except Exception as exc:
+                if not _history_gone(exc):
+                    raise
+                return self._mark_stale(view, f"the change feed of `{state.source}` from version {applied + 1} is "
+                                              f"no longer kept (vacuumed): {first_line(exc)}")
+        else:
+            path, written = "append", self._write_batch(view, self._changes(source, commits), joined,
+                                                        metadata={"rows": rows, "path": "append"}, **watermark)
+        if not written:
             # Another refresher applied an increment from the same watermark first: Delta skipped this one.
             return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
         self.on_step(f"view committed {state.name}")
         waited = max(0.0, time.time() - min(c.epoch for c in commits)) * 1000
-        return ViewRefresh(state.name, "applied", applied, latest.version, rows=rows, waited_ms=waited)
+        return ViewRefresh(state.name, "applied", applied, latest.version, rows=rows, waited_ms=waited, path=path)
+
+    def _apply_changes(self, view: DeployedResource, source: DeployedResource, commits: list[tables.Commit],
+                       watermark: dict, rows: int, joined: dict[str, int]) -> tuple[str, bool]:
+        """Apply commits that deleted or updated rows: the removed rows are retracted and the added rows added, in
+        one commit that records the watermark. Which way (`path`):
+
+        - negate: every state can be subtracted: the states of the removed rows are appended negated;
+        - fold: the same, but views read this view's rows: the touched groups' rows are replaced by one merged
+          row each, so the downstream views see the old rows go and the new ones come;
+        - recompute: some state cannot be subtracted (min, sketches, sets): the touched groups are computed again
+          from the source as of the new version and replace their rows;
+        - rows: a view without GROUP BY: one view row per removed source row is deleted."""
+        state, path = view.state, view.path or ""
+        added, removed = tables.read_change_rows(self.spark, source.state, source.path or "", commits)
+        self._register_lookups(state)
+        pins = self._pinned(view, joined)
+        metadata = {"rows": rows, "path": "", **({"joined": joined} if joined else {})}
+        children = [v for v in self.views() if v.state.source == state.name]
+        if state.negate_sql and not children:
+            mode = "negate"
+            written = tables.write_states(self._states(view, added, pins).unionByName(
+                self._negated(view, removed, pins)), state, path, metadata={**metadata, "path": mode}, **watermark)
+            return mode, written
+        keys = state.keys if state.aggregated else tuple(n for n, _ in state.columns)
+        if state.negate_sql:
+            mode = "fold"
+            delta = self._states(view, added, pins).unionByName(self._negated(view, removed, pins))
+            touched = delta.select(*[f"`{k}`" for k in keys])
+            merged = self._register(_semi(self._read_view(view), keys, touched).unionByName(delta),
+                                    f"__pf_fold_{state.name}")
+            replacement = self.spark.sql((state.compact_sql or "").replace("{table}", merged))
+        elif state.aggregated:
+            mode = "recompute"
+            touched = self._states(view, added.unionByName(removed), pins).select(*[f"`{k}`" for k in keys])
+            latest = tables.read_snapshot(self.spark, source.state, source.path or "", watermark["source_version"])
+            groups = self._states(view, latest, pins)
+            replacement = _semi(groups, keys, touched)
+        else:
+            mode = "rows"
+            gone = self._states(view, removed, pins)
+            touched = gone
+            replacement = _semi(self._read_view(view), keys, gone).unionByName(
+                self._states(view, added, pins)).exceptAll(gone)
+        written = tables.replace_groups(self.spark, state, path, keys, touched, replacement,
+                                        metadata={**metadata, "path": mode}, **watermark)
+        return mode, written
+
+    def _follow_joined(self, view: DeployedResource, source: DeployedResource,
+                       watermark: tables.Watermark) -> bool | ViewRefresh:
+        """Apply what changed in the tables the view joins (not its source, not dimensions) since the versions its
+        rows agree with: the groups those changes touch are recomputed from the source as of the view's watermark
+        and the joined tables as of now, and replace their rows, one commit per joined table (an idempotent write
+        under `pipeframe:<view>:<table>`). True when a commit was made; a ViewRefresh when the view went stale."""
+        state, recorded, committed = view.state, dict(watermark.joined), False
+        keys = state.keys
+        for name in state.joined:
+            table = self.deployed.table(name)
+            if table is None or not table.path:
+                continue
+            latest = self._recent_commits(table.path)[0].version
+            start = recorded.get(name, -1)  # never recorded (a view built before it followed joins): all of it
+            if start >= latest:
+                continue
+            commits = tables.commits_between(self.spark, table.path, start, latest)
+            unfollowed = [c for c in commits if c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS]
+            if unfollowed:
+                return self._mark_stale(view, f"the joined table `{name}` was rewritten in a way its change feed "
+                                              f"does not describe ({unfollowed[0].describe()})")
+            if not any(c.changes_data for c in commits):
+                continue
+            added, removed = tables.read_change_rows(self.spark, table.state, table.path, commits)
+            rows = tables.read_snapshot(self.spark, source.state, source.path or "", watermark.source_version or 0)
+            self._register_lookups(state)
+            pins = self._pinned(view, recorded)
+            now = self._states(view, rows, {**pins, name: tables.read_snapshot(self.spark, table.state, table.path,
+                                                                               latest)})
+            if _joined_monotonically(state.state_sql or "", name):  # the groups of the changed rows' join rows
+                touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
+            else:  # an outer join, or a subquery over the table: the groups whose states differ before and after
+                before = tables.read_snapshot(self.spark, table.state, table.path, start) if start >= 0 else \
+                    self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in table.state.columns))
+                old = self._states(view, rows, {**pins, name: before})
+                touched = old.exceptAll(now).unionByName(now.exceptAll(old))
+            touched = touched.select(*[f"`{k}`" for k in keys])
+            replacement = _semi(now, keys, touched)
+            recorded[name] = latest
+            try:
+                written = tables.replace_groups(
+                    self.spark, state, view.path or "", keys, touched, replacement,
+                    source_version=watermark.source_version or 0, source_path=watermark.source_path,
+                    app_id=f"{tables.watermark_app_id(state.name)}:{name}", txn_version=latest,
+                    metadata={"path": "join", "joined": recorded, "rows": sum(c.changed_rows for c in commits)})
+            except Exception as exc:
+                if not _history_gone(exc):
+                    raise
+                return self._mark_stale(view, f"the change feed of the joined table `{name}` from version "
+                                              f"{start + 1} is no longer kept (vacuumed): {first_line(exc)}")
+            committed = committed or written
+            self.on_step(f"joined committed {state.name}:{name}")
+            with self._cache_lock:
+                self._recent.pop(view.path or "", None)
+        return committed
+
+    def _pinned(self, view: DeployedResource, versions: dict[str, int]) -> dict[str, DataFrame]:
+        """The joined tables a view follows, as of the versions its rows agree with (read by name when unknown)."""
+        pins = {}
+        for name in view.state.joined:
+            table = self.deployed.table(name)
+            if table is not None and table.path and name in versions:
+                pins[name] = tables.read_snapshot(self.spark, table.state, table.path, versions[name])
+        return pins
+
+    def _joined_now(self, view: DeployedResource) -> dict[str, int]:
+        """The latest version of each table a view joins and follows."""
+        return {name: tables.latest_commit(self.spark, t.path).version for name in view.state.joined
+                if (t := self.deployed.table(name)) is not None and t.path}
+
+    def _states(self, view: DeployedResource, rows: DataFrame, pins: dict[str, DataFrame] | None = None) -> DataFrame:
+        """The view's query over `rows` of its source (and `pins`: joined tables as given frames, instead of by
+        name): the state rows (or plain rows) they make."""
+        relation = self._register(rows, f"{BATCH_RELATION}_{view.state.name}")
+        sql = _BATCH_NAME.sub(relation, view.state.state_sql or "")
+        if pins:
+            sql = _renamed(sql, {name: self._register(frame, f"__pf_joined_{view.state.name}_{name}")
+                                 for name, frame in pins.items()})
+        return self.spark.sql(sql)
+
+    def _negated(self, view: DeployedResource, rows: DataFrame, pins: dict[str, DataFrame]) -> DataFrame:
+        """State rows that take `rows` back out of the view when merged."""
+        relation = self._register(self._states(view, rows, pins), f"__pf_removed_{view.state.name}")
+        return self.spark.sql((view.state.negate_sql or "").replace("{table}", relation))
+
+    def _drop_temp_views(self) -> None:
+        with self._cache_lock:
+            names, self._temp_views = self._temp_views, []
+        for name in names:
+            self.spark.catalog.dropTempView(name)
+
+    def _register(self, frame: DataFrame, prefix: str) -> str:
+        """`frame` as a temporary view of its own until the refresh ends; its name."""
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        frame.createOrReplaceTempView(name)
+        with self._cache_lock:
+            self._temp_views.append(name)
+        return name
+
+    def _read_view(self, view: DeployedResource) -> DataFrame:
+        return self.spark.read.format("delta").load(view.path or "").select(*[f"`{n}`" for n, _ in view.state.columns])
 
     def _recent_commits(self, path: str) -> list[tables.Commit]:
         """A table's newest commits (newest first), read once per refresh until the table is written."""
@@ -276,13 +445,14 @@ class Materializer:
                 self._batches[key] = batch = batch.persist()
             return batch
 
-    def _write_batch(self, view: DeployedResource, batch: DataFrame, **watermark) -> bool:
+    def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None = None,
+                     metadata: dict | None = None, **watermark) -> bool:
+        """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows)."""
         self._register_lookups(view.state)
         # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
-        relation = f"{BATCH_RELATION}_{view.state.name}"
-        batch.createOrReplaceTempView(relation)
-        sql = _BATCH_NAME.sub(relation, view.state.state_sql or "")
-        written = tables.write_states(self.spark.sql(sql), view.state, view.path or "", **watermark)
+        states = self._states(view, batch, self._pinned(view, joined or {}))
+        metadata = {**(metadata or {}), **({"joined": joined} if joined else {})}
+        written = tables.write_states(states, view.state, view.path or "", metadata=metadata, **watermark)
         with self._cache_lock:
             self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
         return written
@@ -334,6 +504,7 @@ class Materializer:
         old = run.get("replaces_path") or view.path
         if old and old != target.path:
             tables.remove_path(self.spark, old)
+        self._drop_temp_views()
         self.deployed = self.warehouse.snapshot()  # with the swap
         results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
         for child in [v for v in self.views() if v.state.source == view.state.name]:
@@ -365,6 +536,7 @@ class Materializer:
             run = self._new_run(view, "backfilling", view.path or "", view.version, start.source_version,
                                 where, chunk_by, chunk_rows)
         self._run_chunks(view, view, run, record)
+        self._drop_temp_views()
         self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), backfill=None))
         return [ViewRefresh(view.state.name, "applied", None, int(run["pinned_version"]))]
 
@@ -377,6 +549,7 @@ class Materializer:
         chunks, counts = plan_chunks(frame, chunk_by, chunk_rows, f"`{source.state.name}`")
         started = time.time()
         return {"id": uuid.uuid4().hex[:12], "mode": mode, "target_path": path, "target_version": version,
+                "joined": self._joined_now(view),
                 "source_path": source.path, "pinned_version": pinned, "where": where, "chunk_by": chunk_by,
                 "chunks": chunks, "chunk_rows": counts, "done": 0, "total_rows": sum(counts),
                 "started_at": started, "updated_at": started, "pid": os.getpid(), "host": socket.gethostname()}
@@ -410,8 +583,8 @@ class Materializer:
         self.on_progress(BackfillProgress.from_run(view.state.name, run))
         for index in range(int(run["done"]), len(run["chunks"])):
             batch = frame if run["chunks"][index] == "TRUE" else frame.where(run["chunks"][index])
-            self._write_batch(target, batch, app_id=f"pipeframe-populate:{run['id']}", txn_version=index + 1,
-                              metadata={"op": "populate", "run": run["id"], "chunk": index + 1})
+            self._write_batch(target, batch, run.get("joined"), app_id=f"pipeframe-populate:{run['id']}",
+                              txn_version=index + 1, metadata={"op": "populate", "run": run["id"], "chunk": index + 1})
             self.on_step(f"chunk committed {index + 1}")
             run = {**run, "done": index + 1, "updated_at": time.time()}
             record = replace(record, backfill=run)
@@ -420,7 +593,8 @@ class Materializer:
         if run["mode"] == "rebuilding":
             empty = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in target.state.columns))
             tables.write_states(empty, target.state, target.path or "", source_version=pinned,
-                                source_path=source.path, metadata={"backfill": "full"})
+                                source_path=source.path,
+                                metadata={"backfill": "full", **({"joined": run["joined"]} if run.get("joined") else {})})
             self.on_step("watermark committed")
         return record
 
@@ -433,8 +607,9 @@ class Materializer:
             batch = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.state.columns))
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
-        self._write_batch(view, batch, source_version=pinned, source_path=source.path,
+        self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,
                           metadata={"backfill": view.state.backfill or "full"})
+        self._drop_temp_views()
 
     # ---------------------------------------------------------------------------------- optimize
     def optimize(self, names: list[str] | None = None, retention_hours: float = 168.0) -> list[str]:
@@ -551,6 +726,59 @@ def plan_chunks(frame: DataFrame, chunk_by: str | None, chunk_rows: int, where: 
     bucket = "CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(chunks)) + " END"
     counts = dict(frame.selectExpr(f"{bucket} AS b").groupBy("b").count().collect())
     return chunks, [int(counts.get(i, 0)) for i in range(len(chunks))]
+
+
+def _semi(rows: DataFrame, keys: tuple[str, ...], wanted: DataFrame) -> DataFrame:
+    """The rows of `rows` whose `keys` equal those of a row of `wanted`, NULL matching NULL (all rows without
+    keys: a global aggregate is one group)."""
+    if not keys:
+        return rows
+    from functools import reduce
+
+    right = wanted.selectExpr(*[f"`{k}` AS `__pf_key{i}`" for i, k in enumerate(keys)]).distinct()
+    condition = reduce(lambda a, b: a & b, [rows[f"`{k}`"].eqNullSafe(right[f"__pf_key{i}"])
+                                            for i, k in enumerate(keys)])
+    return rows.join(right, condition, "left_semi")
+
+
+def _renamed(sql: str, renames: dict[str, str]) -> str:
+    """A view's SQL reading other relations in place of some tables (their aliases kept)."""
+    import sqlglot
+
+    from pipeframe.compiler.sql import DIALECT, rename_tables, to_sql
+
+    return to_sql(rename_tables(sqlglot.parse_one(sql, read=DIALECT), renames))
+
+
+def _joined_monotonically(sql: str, table: str) -> bool:
+    """True when `table` is read in `sql` only as a FROM table or an inner (or cross) join, outside any subquery:
+    then every output row that a change to it alters joins a changed row, and the groups those rows fall in are
+    all the groups the change touches. An outer join also changes rows that stop or start matching."""
+    import sqlglot
+    from sqlglot import exp
+
+    from pipeframe.compiler.sql import DIALECT
+
+    for node in sqlglot.parse_one(sql, read=DIALECT).find_all(exp.Table):
+        if node.name != table:
+            continue
+        parent = node.parent
+        if node.find_ancestor(exp.Subquery, exp.CTE) is not None:
+            return False
+        if not isinstance(parent, exp.Join | exp.From):
+            return False
+        select = node.find_ancestor(exp.Select)
+        joins = select.args.get("joins") or [] if select is not None else []
+        if any(j.side or (j.kind or "").upper() not in ("", "INNER", "CROSS") for j in joins):
+            return False
+    return True
+
+
+def _history_gone(exc: Exception) -> bool:
+    """A change-feed read that failed because the files it needs were vacuumed or the log was cleaned."""
+    text = str(exc)
+    return any(s in text for s in ("FileNotFound", "CHANGE_DATA_FILE_NOT_FOUND", "VersionNotFound",
+                                   "DELTA_FILE_NOT_FOUND", "CDC_NOT_ALLOWED"))
 
 
 def _metadata(info: dict) -> str:

@@ -33,6 +33,11 @@ REWRITING_OPS = {"WRITE": None, "DELETE": ("numDeletedRows",), "UPDATE": ("numUp
                  "MERGE": ("numTargetRowsUpdated", "numTargetRowsDeleted"), "TRUNCATE": (), "RESTORE": (),
                  "REPLACE TABLE": (), "REPLACE TABLE AS SELECT": (), "CREATE OR REPLACE TABLE": (),
                  "CREATE OR REPLACE TABLE AS SELECT": ()}
+# Rewrites a view follows from the change feed (retracting removed rows, adding new ones); after any other
+# rewrite (RESTORE, REPLACE TABLE) its views are stale until rebuilt.
+FOLLOWED_OPS = {"WRITE", "DELETE", "UPDATE", "MERGE", "TRUNCATE"}
+DML_ROW_METRICS = ("numDeletedRows", "numUpdatedRows", "numTargetRowsInserted", "numTargetRowsUpdated",
+                   "numTargetRowsDeleted")
 
 
 def watermark_app_id(view: str) -> str:
@@ -74,6 +79,20 @@ class Commit:
         values = [self.metrics.get(c) for c in counters]
         return any(v is None or str(v) != "0" for v in values)
 
+    @property
+    def added_rows(self) -> int:
+        """Rows a write added: its output rows less the rows it only copied (a replaceWhere rewrites files)."""
+        return int(self.metrics.get("numOutputRows") or 0) - int(self.metrics.get("numCopiedRows") or 0)
+
+    @property
+    def changed_rows(self) -> int:
+        """Rows this commit added, changed or removed (0 for commits views skip)."""
+        if not self.changes_data:
+            return 0
+        if self.operation in ("DELETE", "UPDATE", "MERGE"):
+            return sum(int(self.metrics.get(k) or 0) for k in DML_ROW_METRICS)
+        return self.added_rows + int(self.metrics.get("numDeletedRows") or 0)
+
     def describe(self) -> str:
         return f"{self.operation} at version {self.version} ({self.timestamp:%Y-%m-%d %H:%M:%S})"
 
@@ -85,6 +104,12 @@ class Watermark:
     source_version: int | None
     source_path: str | None = None
     commit: Commit | None = None  # the view's commit that recorded it
+
+    @property
+    def joined(self) -> dict[str, int]:
+        """The version of each joined table the view's rows agree with (a table not named: not known yet)."""
+        recorded = (self.commit.metadata.get("joined") if self.commit else None) or {}
+        return {str(k): int(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit]:
@@ -159,18 +184,27 @@ def initial_watermark(spark: SparkSession, path: str) -> Watermark:
 
 def read_changes(spark: SparkSession, source: ResourceState, path: str, commits: Iterable[Commit]) -> DataFrame:
     """The rows that `commits` added to a source, from Delta's change data feed (neutral commits skipped)."""
+    return read_change_rows(spark, source, path, commits)[0]
+
+
+def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
+                     commits: Iterable[Commit]) -> tuple[DataFrame, DataFrame]:
+    """(added, removed): the rows `commits` inserted (and the new images of updated rows), and the rows they
+    deleted (and the old images of updated rows), from Delta's change data feed; neutral commits skipped."""
     commits = list(commits)
     wanted = [c.version for c in commits if not c.neutral]
     columns = [f"`{name}`" for name, _ in source.columns]
     if not wanted:
-        return spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.columns))
+        empty = spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.columns))
+        return empty, empty
     frame = (spark.read.format("delta").option("readChangeFeed", "true")
-             .option("startingVersion", min(wanted)).option("endingVersion", max(wanted)).load(path)
-             .where("_change_type = 'insert'"))
+             .option("startingVersion", min(wanted)).option("endingVersion", max(wanted)).load(path))
     skipped = [c.version for c in commits if c.neutral and min(wanted) < c.version < max(wanted)]
     if skipped:
         frame = frame.where(f"_commit_version NOT IN ({', '.join(map(str, skipped))})")
-    return frame.select(*columns)
+    added = frame.where("_change_type IN ('insert', 'update_postimage')").select(*columns)
+    removed = frame.where("_change_type IN ('delete', 'update_preimage')").select(*columns)
+    return added, removed
 
 
 def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version: int) -> DataFrame:
@@ -191,18 +225,66 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     from the same watermark, and refuses it as a concurrent transaction when the other commits while it writes:
     two refreshers never apply one range twice, whatever the filesystem. Populate chunks pass their own
     `app_id`/`txn_version` instead."""
-    import uuid
-
-    columns = [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
-    info = {"view": state.name, **(metadata or {}), "commit": uuid.uuid4().hex}
-    writer = frame.selectExpr(*columns).write.format("delta").mode("append")
-    if source_version is not None:
-        info.update(source=state.source, source_version=source_version, source_path=source_path)
-        app_id, txn_version = watermark_app_id(state.name), (after + 1 if after is not None else source_version)
+    info, app_id, txn_version = _commit_info(state, source_version, source_path, after, app_id, txn_version, metadata)
+    writer = frame.selectExpr(*_typed(state)).write.format("delta").mode("append")
     if app_id is not None and txn_version is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
     writer.option("userMetadata", json.dumps({"pipeframe": info})).save(path)
     return app_id is None or find_commit(frame.sparkSession, path, "commit", info["commit"], within=50) is not None
+
+
+def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: tuple[str, ...], doomed: DataFrame,
+                   rows: DataFrame, *, source_version: int, source_path: str | None, after: int | None = None,
+                   app_id: str | None = None, txn_version: int | None = None, metadata: dict | None = None) -> bool:
+    """In one Delta commit (a MERGE), delete the view rows whose `keys` equal (NULL-safe) a row of `doomed`
+    (every row when `keys` is empty) and insert `rows`; the commit records the view's watermark, idempotently, as
+    `write_states` does. False when Delta skipped it as a replay.
+
+    The MERGE runs in a session of its own: Delta takes the transaction id and userMetadata of SQL commands
+    from session settings, which must not reach the writes other threads make meanwhile."""
+    import uuid
+
+    from pipeframe.engine.session import child_session, release_child
+
+    info, app_id, txn_version = _commit_info(state, source_version, source_path, after, app_id, txn_version, metadata)
+    types = dict(state.columns)
+    dead = doomed.distinct().selectExpr(*[f"CAST(`{n}` AS {t}) AS `{n}`" if n in keys else f"CAST(NULL AS {t}) AS `{n}`"
+                                          for n, t in state.columns], "'d' AS __pf_op")
+    source = rows.selectExpr(*_typed(state), "'i' AS __pf_op").unionByName(dead)
+    relation = f"__pf_groups_{uuid.uuid4().hex[:12]}"
+    source.createOrReplaceGlobalTempView(relation)
+    names = [f"`{n}`" for n in types]
+    match = " AND ".join(["s.__pf_op = 'd'", *(f"t.`{k}` <=> s.`{k}`" for k in keys)])
+    child = child_session(spark)
+    try:
+        child.conf.set("spark.databricks.delta.write.txnAppId", app_id or "")
+        child.conf.set("spark.databricks.delta.write.txnVersion", str(txn_version))
+        child.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps({"pipeframe": info}))
+        child.sql(f"MERGE INTO {quote_path(path)} AS t USING global_temp.{relation} AS s ON {match} "
+                  "WHEN MATCHED THEN DELETE WHEN NOT MATCHED AND s.__pf_op = 'i' THEN INSERT "
+                  f"({', '.join(names)}) VALUES ({', '.join('s.' + n for n in names)})")
+    finally:
+        spark.catalog.dropGlobalTempView(relation)
+        release_child(spark, child)
+    return find_commit(spark, path, "commit", info["commit"], within=50) is not None
+
+
+def _typed(state: ResourceState) -> list[str]:
+    return [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
+
+
+def _commit_info(state: ResourceState, source_version: int | None, source_path: str | None, after: int | None,
+                 app_id: str | None, txn_version: int | None,
+                 metadata: dict | None) -> tuple[dict, str | None, int | None]:
+    """A view commit's pipeframe userMetadata, and its idempotent transaction (the watermark's, with one)."""
+    import uuid
+
+    info = {"view": state.name, **(metadata or {}), "commit": uuid.uuid4().hex}
+    if source_version is not None:
+        info.update(source=state.source, source_version=source_version, source_path=source_path)
+        if app_id is None:
+            app_id, txn_version = watermark_app_id(state.name), (after + 1 if after is not None else source_version)
+    return info, app_id, txn_version
 
 
 def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:

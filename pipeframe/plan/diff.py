@@ -309,6 +309,7 @@ def describe(want: ResourceState, have: ResourceState) -> tuple[str, ...]:
         ("partition key", have.partition_key, want.partition_key), ("clustering", have.sorting_key, want.sorting_key)]
     if both_views:
         fields += [("view pipe", have.view_pipe, want.view_pipe), ("source", have.source, want.source),
+                   ("follows joined tables", have.joined, want.joined),
                    ("group keys", have.keys, want.keys), ("backfill", have.backfill, want.backfill)]
     fields += [("ttl", have.ttl, want.ttl), ("engine", have.engine, want.engine)]
     lines += [f"{label}: {_show(old)} → {_show(new)}" for label, old, new in fields if old != new]

@@ -60,10 +60,10 @@ class DeployedSnapshot(Mapping[ResourceKey, DeployedResource]):
 
     @cached_property
     def flow(self) -> DAG[ResourceKey]:
-        """Which table's new rows trigger which view: each view depends on its source only (the dimension
-        tables it joins are read, not followed)."""
-        return DAG.of((key, [ResourceKey.datasource(r.state.source)] if r.state.kind == "view" and r.state.source
-                       else ()) for key, r in self.resources.items())
+        """Which table's changes trigger which view: each view depends on its source and the tables it joins
+        and follows (the dimension tables it joins are read, not followed)."""
+        return DAG.of((key, [ResourceKey.datasource(n) for n in (r.state.source, *r.state.joined) if n]
+                       if r.state.kind == "view" else ()) for key, r in self.resources.items())
 
     @cached_property
     def fingerprint(self) -> str:

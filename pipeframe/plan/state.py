@@ -13,6 +13,7 @@ from typing import Literal
 
 from pipeframe.compiler.compile import CompiledProject
 from pipeframe.compiler.graph import DAG, ResourceKey
+from pipeframe.compiler.viewplan import PLAIN_READ
 
 Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe"]
 
@@ -36,10 +37,12 @@ class ResourceState:
     # For view targets: what fills the table.
     view_pipe: str | None = None
     source: str | None = None  # the datasource that triggers the view
+    joined: tuple[str, ...] = ()  # the other datasources it joins whose changes it follows (not dimensions)
     state_sql: str | None = None
     keys: tuple[str, ...] = ()
     read_sql: str | None = None  # SELECT over `{table}` that returns finalized values
     compact_sql: str | None = None  # SELECT over `{table}` that folds state rows into one row per key
+    negate_sql: str | None = None  # SELECT over state rows `{table}` that subtracts them; None: not invertible
     backfill: str | None = None  # "skip" or None
     # Metadata (an ALTER without moving data):
     description: str = ""
@@ -54,6 +57,11 @@ class ResourceState:
     @property
     def has_table(self) -> bool:
         return self.kind in ("datasource", "view")
+
+    @property
+    def aggregated(self) -> bool:
+        """A view whose rows are states merged per key (not one row per source row)."""
+        return self.kind == "view" and self.read_sql != PLAIN_READ.format(relation="{table}")
 
     def physical_hash(self) -> str:
         """What, when changed, means the table's rows must be rebuilt."""
@@ -72,7 +80,7 @@ class ResourceState:
 
     @classmethod
     def from_json(cls, data: dict) -> ResourceState:
-        tuples = {"columns", "sorting_key", "keys", "tokens"}
+        tuples = {"columns", "sorting_key", "keys", "tokens", "joined"}
         fixed = {k: (tuple(tuple(x) if isinstance(x, list) else x for x in v) if k in tuples and v is not None
                      else v) for k, v in data.items() if k in cls.__dataclass_fields__}
         fixed["key"] = ResourceKey.parse(data["key"])
@@ -117,10 +125,12 @@ def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]
                 sorting_key=definition.sorting_key if definition else (),
                 view_pipe=ds.view if plan is not None else None,
                 source=view.trigger if view is not None else None,
+                joined=view.joined if view is not None else (),
                 state_sql=plan.state_sql if plan is not None else None,
                 keys=plan.keys if plan is not None else (),
                 read_sql=plan.read_sql("{table}") if plan is not None else None,
                 compact_sql=plan.compact_sql("{table}") if plan is not None else None,
+                negate_sql=plan.negate_sql("{table}") if plan is not None else None,
                 backfill=definition.backfill if definition else None,
                 description=definition.description if definition else "",
                 ttl=definition.ttl if definition else None,

@@ -513,7 +513,7 @@ def test_generated_pipes_are_accepted_by_the_compiler(tmp_path_factory, scenario
 
 
 # Shrinking would re-run whole ingestions (tens of seconds each); a failure prints the pipes and batch sizes.
-@settings(max_examples=6, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+@settings(max_examples=4, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(scenario=scenarios())
 def test_generated_views_equal_full_recomputation(spark, spark_config, scenario):

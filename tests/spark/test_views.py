@@ -115,7 +115,7 @@ def test_a_failing_view_shows_the_error_and_recover_brings_it_back(project):
     assert project.status("hourly")[0].status == "active"
 
 
-def test_refresh_picks_up_rows_from_other_jobs_and_in_place_changes_make_views_stale(project):
+def test_refresh_picks_up_rows_from_other_jobs_and_follows_in_place_changes(project):
     project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
     path = project.warehouse.snapshot(fresh=True).table("events").path
     other_job = project.spark.createDataFrame([("2024-05-01 10:30:00", "x", 4)], "ts STRING, user_id STRING, amount INT")
@@ -124,9 +124,18 @@ def test_refresh_picks_up_rows_from_other_jobs_and_in_place_changes_make_views_s
     assert [v.outcome for v in project.refresh()] == ["up to date", "up to date"]  # nothing counted twice
     assert_views_match_raw(project)
 
-    project.spark.sql(f"UPDATE delta.`{path}` SET amount = 100 WHERE user_id = 'x'")
+    # An UPDATE by another job: hourly (read by daily) folds its touched hour, daily recomputes its day.
+    project.spark.sql(f"UPDATE delta.`{path}` SET amount = 100, ts = ts + INTERVAL 1 DAY WHERE user_id = 'x'")
     results = {v.view: v for v in project.refresh()}
-    assert results["hourly"].outcome == "stale" and "UPDATE at version" in (results["hourly"].message or "")
+    assert {v: (r.outcome, r.path) for v, r in results.items()} == {"hourly": ("applied", "fold"),
+                                                                       "daily": ("applied", "recompute")}
+    assert_views_match_raw(project)
+    assert rows(project, "SELECT n, total FROM hourly WHERE hour = '2024-05-01 10:00:00'") == [(1, 1)]
+
+    # A RESTORE is not described by the change feed: the views are stale until rebuilt.
+    project.spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF 1")
+    results = {v.view: v for v in project.refresh()}
+    assert results["hourly"].outcome == "stale" and "RESTORE at version" in (results["hourly"].message or "")
     assert project.status("hourly")[0].status == "stale"
     assert [v.outcome for v in project.refresh("hourly", full=True)] == ["rebuilt", "rebuilt"]
     assert_views_match_raw(project)
@@ -179,13 +188,18 @@ def test_populate_refuses_to_count_a_fully_backfilled_view_twice(project):
     assert_views_match_raw(project)
 
 
-def test_replace_and_delete_rebuild_the_views(project):
-    project.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-02 10:00:00", "b", 2)))
+def test_delete_and_replace_where_reach_the_views_and_a_full_replace_rebuilds_them(project):
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-02 10:00:00", "b", 2),
+                                    ("2024-05-02 11:00:00", "a", 5)))
     deleted, views = project.delete("events", "user_id = 'a'")
-    assert deleted == 1 and {v.outcome for v in views} == {"rebuilt"}
+    assert deleted == 2 and {(v.outcome, v.path) for v in views} == {("applied", "fold"), ("applied", "recompute")}
+    assert_views_match_raw(project)
+    assert rows(project, "SELECT count(*) FROM hourly") == [(1,)]  # the hours only `a` had are gone
+    replaced = project.replace("events", events(("2024-05-02 10:15:00", "b", 7)), where="user_id = 'b'")
+    assert replaced.accepted == 1 and {v.outcome for v in replaced.views} == {"applied"}
     assert_views_match_raw(project)
     result = project.replace("events", events(("2024-05-05 10:00:00", "z", 9)))
-    assert result.accepted == 1
+    assert result.accepted == 1 and {v.outcome for v in result.views} == {"rebuilt"}
     assert rows(project, "SELECT user_id FROM events") == [("z",)]
     assert_views_match_raw(project)
     with pytest.raises(PipeframeError, match="PF713"):

@@ -120,9 +120,9 @@ def test_warm_run_keeps_every_diagnostic_and_its_location(tmp_path: Path, work: 
         files[f"pipes/hourly_{i}.pipe"] = HOURLY.replace("DATASOURCE hourly", f"DATASOURCE hourly_{i}")
         files[f"pipes/api_{i}.pipe"] = API.replace("FROM hourly", f"FROM hourly_{i}")
     files.update({
-        # PF410 (a warning): a join with a table that is not a declared dimension.
-        "pipes/joined.pipe": "NODE n\nSQL >\n    SELECT e.user_id, count(*) AS n FROM events e JOIN users u "
-                             "ON e.user_id = u.user_id GROUP BY 1\nTYPE materialized\nDATASOURCE joined\n",
+        # PF410 (a warning): a view without GROUP BY joining a table that is not a declared dimension.
+        "pipes/joined.pipe": "NODE n\nSQL >\n    SELECT e.user_id, e.amount FROM events e JOIN users u "
+                             "ON e.user_id = u.user_id\nTYPE materialized\nDATASOURCE joined\n",
         "pipes/typo.pipe": "NODE n\nSQL >\n    SELECT * FROM evnts\nTYPE endpoint\n",  # PF301 with a hint
         "pipes/broken.pipe": "NODE n\nSQL >\n    %\n    SELECT {{ Int(x, }} FROM events\nTYPE endpoint\n",  # PF201
         "pipes/bad_sql.pipe": "NODE n\nSQL >\n    SELECT FROM WHERE\nTYPE endpoint\n",  # PF303

@@ -140,7 +140,7 @@ def test_generated_target_schema(make_project):
         ("day", "DATE", None), ("product", "STRING", None), ("n", "BIGINT", "count"), ("units", "BIGINT", "sum"),
         ("top", "DOUBLE", "max")]
     read = compiled.pipes["daily"].view.plan.read_sql("t")
-    assert read.startswith("SELECT `day`, `product`, sum(`n`) AS `n`") and read.endswith("GROUP BY `day`, `product`")
+    assert read.startswith("SELECT `day`, `product`, sum(`n`) AS `n`") and read.endswith("GROUP BY `day`, `product` HAVING sum(`n`) > 0")
 
 
 def test_declared_target_checked_with_the_safe_cast_lattice(make_project):

@@ -95,15 +95,23 @@ def test_the_trigger_in_each_branch_of_a_union_all_or_beside_a_dimension_is_read
     assert report.ok, [d.format() for d in report.diagnostics]
 
 
-def test_join_without_dimensions_warns_and_dimensions_silence_it(make_project):
+def test_joined_tables_trigger_an_aggregated_view_unless_declared_dimensions(make_project):
     sql = "SELECT p.category, count(*) AS n\nFROM sales s\nJOIN products p ON s.product = p.product\nGROUP BY 1"
+    report, view = check(make_project, sql)
+    assert report.ok and not [d for d in report.diagnostics if d.code == "PF410"]
+    assert view.trigger == "sales" and view.joined == ("products",) and view.verdict.status == "rewritten"
+    report, view = check(make_project, sql, extra="DIMENSIONS products\n")
+    assert view.dimensions == ("products",) and view.joined == ()
+
+
+def test_a_join_in_a_view_without_group_by_warns_that_only_the_first_table_triggers(make_project):
+    sql = "SELECT s.product, p.category\nFROM sales s\nJOIN products p ON s.product = p.product"
     report, view = check(make_project, sql)
     warnings = [d for d in report.warnings if d.code == "PF410"]
     assert warnings and "products" in warnings[0].message and warnings[0].location.line == 5
-    assert report.ok and view.trigger == "sales" and view.verdict.status == "rewritten"
+    assert report.ok and view.trigger == "sales" and view.joined == ()
     report, view = check(make_project, sql, extra="DIMENSIONS products\n")
     assert not [d for d in report.diagnostics if d.code == "PF410"]
-    assert view.dimensions == ("products",)
 
 
 def test_order_by_warns_and_is_dropped_from_the_views_query(make_project):

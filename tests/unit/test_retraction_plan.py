@@ -1,0 +1,86 @@
+"""How a view takes deleted rows back out, decided by the compiler (no JVM): which views can subtract states
+(`negate_sql`), which column counts a group's rows (a group read with a count of 0 is gone), which tables a view
+follows, and how a commit's rows are counted."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from pipeframe.engine.materialize import _joined_monotonically
+from pipeframe.engine.tables import Commit
+from pipeframe.plan.state import desired_state
+from pipeframe.project import Project
+from tests.unit.test_incremental_rules import mv
+
+
+def view_state(make_project, sql: str, extra: str = ""):
+    project = Project(make_project({"pipes/view.pipe": mv(sql, extra)}))
+    states = desired_state(project.require_valid())
+    return next(s for s in states.values() if s.kind == "view")
+
+
+def test_invertible_states_with_a_row_count_are_negated_and_empty_groups_are_not_read(make_project):
+    state = view_state(make_project, "SELECT product, count() AS n, sum(amount) AS total, avg(amount) AS a, "
+                                     "var_samp(amount) AS v, countIf(amount > 1) AS big FROM sales GROUP BY product")
+    assert state.negate_sql == (
+        "SELECT `product`, -`n` AS `n`, -`total` AS `total`, named_struct('sum', -`a`.sum, 'count', -`a`.count) "
+        "AS `a`, named_struct('n', -`v`.n, 'mean', `v`.mean, 'm2', -`v`.m2) AS `v`, -`big` AS `big` FROM {table}")
+    assert state.read_sql.endswith("GROUP BY `product` HAVING sum(`n`) > 0")
+    assert state.compact_sql.endswith("GROUP BY `product` HAVING sum(`n`) > 0")  # optimize drops empty groups
+
+
+@pytest.mark.parametrize("sql, why", [
+    ("SELECT product, count() AS n, max(amount) AS top FROM sales GROUP BY product", "max cannot be subtracted"),
+    ("SELECT product, count() AS n, uniq(amount) AS u FROM sales GROUP BY product", "a sketch"),
+    ("SELECT product, sum(amount) AS total FROM sales GROUP BY product", "no count(): emptiness unknown"),
+    ("SELECT product, count() FILTER (WHERE amount > 1) AS n FROM sales GROUP BY product", "a filtered count"),
+    ("SELECT product, countIf(amount > 1) AS n FROM sales GROUP BY product", "a conditional count"),
+])
+def test_views_that_cannot_subtract_recompute_the_groups_instead(make_project, sql, why):
+    state = view_state(make_project, sql)
+    assert state.negate_sql is None, why
+    assert "HAVING" not in state.read_sql or "count()" in sql
+
+
+def test_a_global_aggregate_is_negated_without_a_count_and_always_has_its_row(make_project):
+    state = view_state(make_project, "SELECT sum(amount) AS total FROM sales")
+    assert state.negate_sql == "SELECT -`total` AS `total` FROM {table}"
+    assert "HAVING" not in state.read_sql and state.aggregated
+
+
+def test_a_view_without_group_by_is_not_aggregated(make_project):
+    state = view_state(make_project, "SELECT product, amount FROM sales WHERE amount > 0")
+    assert not state.aggregated and state.negate_sql is None and state.joined == ()
+
+
+def test_joined_tables_are_followed_unless_dimensions(make_project):
+    sql = "SELECT p.category, count() AS n FROM sales s JOIN products p ON s.product = p.product GROUP BY 1"
+    assert view_state(make_project, sql).joined == ("products",)
+    assert view_state(make_project, sql, "DIMENSIONS products\n").joined == ()
+
+
+@pytest.mark.parametrize("sql, monotone", [
+    ("SELECT c.t, count(*) FROM b AS o JOIN c ON o.k = c.k GROUP BY 1", True),
+    ("SELECT c.t, count(*) FROM b AS o, c WHERE o.k = c.k GROUP BY 1", True),
+    ("SELECT c.t, count(*) FROM b AS o LEFT JOIN c ON o.k = c.k GROUP BY 1", False),
+    ("SELECT c.t, count(*) FROM c RIGHT JOIN b AS o ON o.k = c.k GROUP BY 1", False),
+    ("SELECT c.t, count(*) FROM b AS o JOIN (SELECT k, max(t) AS t FROM c GROUP BY k) AS c ON o.k = c.k GROUP BY 1",
+     False),
+])
+def test_which_joins_are_followed_through_the_changed_rows_alone(sql, monotone):
+    assert _joined_monotonically(sql, "c") is monotone
+
+
+def commit(operation: str, **metrics: int) -> Commit:
+    return Commit(1, datetime(2024, 1, 1), 0.0, operation, {}, {k: str(v) for k, v in metrics.items()})
+
+
+def test_a_commits_rows_leave_out_the_rows_it_only_copied():
+    replace_where = commit("WRITE", numOutputRows=1746, numCopiedRows=1745, numDeletedRows=323)
+    assert replace_where.added_rows == 1 and replace_where.changed_rows == 324
+    assert commit("WRITE", numOutputRows=10).changed_rows == 10
+    assert commit("DELETE", numDeletedRows=3, numCopiedRows=90).changed_rows == 3
+    assert commit("MERGE", numTargetRowsInserted=2, numTargetRowsUpdated=1, numTargetRowsDeleted=4).changed_rows == 7
+    assert commit("OPTIMIZE", numOutputRows=50).changed_rows == 0
