@@ -58,14 +58,24 @@ def test_verdicts_compare_each_target():
     assert all(ok is None for _, _, ok in bench.verdicts({}))
 
 
-def test_the_section_is_replaced_in_place_or_added_before_the_kept_sections():
-    page = "# Benchmarks\n\n## A\n\ntext\n\n## Sections kept from an earlier run\n\n- views\n"
-    once = bench.insert_section(page, "## Real-time ingestion\n\nfirst\n")
+def test_the_section_is_replaced_in_place_or_added_before_the_kept_sections(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\n## A\n\ntext\n\n## Sections kept from an earlier run\n\n- views\n")
+    (tmp_path / "benchmarks.json").write_text('{"views": 1}')
+
+    def write(text: str) -> str:
+        bench.report.save_section(page, "ingest", {"text": text}, bench.SECTION, [bench.SECTION, "", text],
+                                  bench.BEFORE)
+        return page.read_text()
+
+    once = write("first")
     assert once.index("## Real-time ingestion") < once.index("## Sections kept")
-    twice = bench.insert_section(once, "## Real-time ingestion\n\nsecond\n")
+    twice = write("second")
     assert "first" not in twice and twice.count("## Real-time ingestion") == 1
     assert twice.index("## A") < twice.index("second") < twice.index("## Sections kept")
-    assert bench.insert_section("# B\n", "## Real-time ingestion\n\nx\n") == "# B\n\n## Real-time ingestion\n\nx\n"
+    assert (tmp_path / "benchmarks.json").read_text() == '{\n  "views": 1,\n  "ingest": {\n    "text": "second"\n  }\n}\n'
+    page.write_text("# B\n")
+    assert write("x") == "# B\n\n## Real-time ingestion\n\nx\n"
 
 
 def test_ndjson_rows_are_deterministic_and_fit_the_events_schema():
