@@ -200,7 +200,8 @@ def _print_status(statuses) -> None:
         table.add_row(s.name, f"[{colors.get(s.status, 'cyan')}]{s.status}[/]", f"{s.rows:,}", str(s.files),
                       _size(s.bytes), f"{s.source} ({s.source_version})", str(s.applied_version), lag,
                       f"{s.rows_per_second:,.0f}",
-                      f"{s.last_refresh:%Y-%m-%d %H:%M:%S}" if s.last_refresh else "")
+                      (f"{s.last_refresh:%Y-%m-%d %H:%M:%S}" if s.last_refresh else "")
+                      + (f" [{s.last_path}]" if s.last_path not in (None, "append") else ""))
     console = rich_console()
     console.print(table)
     for s in statuses:

@@ -120,13 +120,10 @@ class ContinuousMaterializer:
 
     def view_json(self, view: str) -> dict:
         """The loop's figure of one view for `GET /v0/views/<name>`: how long the newest rows it applied had waited
-        since their commit (commit → visible), in ms, and how its last applied refresh applied them (`last_path`:
-        append, negate, fold, recompute, rows or join)."""
+        since their commit (commit → visible), in ms."""
         figures = self.figures.get(view)
         visible = figures.visible_ms if figures is not None else None
-        applied = figures.applied if figures is not None else None
-        return {"visible_ms": None if visible is None else round(visible, 1),
-                "last_path": applied.path if applied is not None else None}
+        return {"visible_ms": None if visible is None else round(visible, 1)}
 
     # ---------------------------------------------------------------------------------- rounds
     def _run(self) -> None:

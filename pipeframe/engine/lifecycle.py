@@ -40,6 +40,7 @@ class ViewStatus:
     permanent: bool = False
     backfill: BackfillProgress | None = None
     rows_per_second: float = 0.0  # source rows applied per second over the last minute
+    last_path: str | None = None  # how the last refresh applied its rows: append, negate, fold, recompute, rows, join
 
     @property
     def lag_ms(self) -> float | None:
@@ -54,6 +55,7 @@ class ViewStatus:
                 "lag_ms": None if self.lag_ms is None else round(self.lag_ms),
                 "rows_per_second": round(self.rows_per_second, 1),
                 "last_refresh": self.last_refresh.isoformat() if self.last_refresh else None,
+                "last_path": self.last_path,
                 "permanent": self.permanent,
                 "backfill": self.backfill.to_json() if self.backfill else None}
 
@@ -112,7 +114,7 @@ class Lifecycle:
         return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
                           view.state.source, source_version, watermark.source_version, lag, lag_seconds,
                           watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill,
-                          rate)
+                          rate, watermark.commit.metadata.get("path") if watermark.commit else None)
 
     def _rate(self, path: str) -> float:
         """Source rows a view applied per second over the last minute (its commits record how many)."""

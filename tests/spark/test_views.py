@@ -131,6 +131,7 @@ def test_refresh_picks_up_rows_from_other_jobs_and_follows_in_place_changes(proj
                                                                        "daily": ("applied", "recompute")}
     assert_views_match_raw(project)
     assert rows(project, "SELECT n, total FROM hourly WHERE hour = '2024-05-01 10:00:00'") == [(1, 1)]
+    assert [(s.name, s.last_path) for s in project.status()] == [("hourly", "fold"), ("daily", "recompute")]
 
     # A RESTORE is not described by the change feed: the views are stale until rebuilt.
     project.spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF 1")
