@@ -111,9 +111,12 @@ class ContinuousMaterializer:
         from pipeframe.engine.materialize import ViewRefresh
 
         figures = self.figures.get(view)
+        # A round that applied rows since the commit was waited for (`after`: the rounds started by then, so the
+        # round in progress at the commit counts too: it may have read the commit) applied them; the waiter's own
+        # round then found the view up to date.
         if figures is not None and after is not None and figures.applied is not None and \
-                figures.applied_round > after:
-            return figures.applied  # the round the commit woke applied it; the waiter's round found it up to date
+                figures.applied_round >= after:
+            return figures.applied
         if figures is not None and figures.last is not None and figures.round >= round_:
             return figures.last
         return ViewRefresh(view, "pending", message=self.problem or "not refreshed yet: the next round applies it")
