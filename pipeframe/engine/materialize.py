@@ -292,7 +292,7 @@ class Materializer:
         added, removed = tables.read_change_rows(self.spark, source.state, source.path or "", commits)
         self._register_lookups(state)
         pins = self._pinned(view, joined)
-        metadata = {"rows": rows, "path": "", **({"joined": joined} if joined else {})}
+        metadata = {"rows": rows, **({"joined": joined} if joined else {})}
         children = [v for v in self.views() if v.state.source == state.name]
         if state.negate_sql and not children:
             mode = "negate"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -242,8 +243,6 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
 
     The MERGE runs in a session of its own: Delta takes the transaction id and userMetadata of SQL commands
     from session settings, which must not reach the writes other threads make meanwhile."""
-    import uuid
-
     from pipeframe.engine.session import child_session, release_child
 
     info, app_id, txn_version = _commit_info(state, source_version, source_path, after, app_id, txn_version, metadata)
@@ -277,8 +276,6 @@ def _commit_info(state: ResourceState, source_version: int | None, source_path: 
                  app_id: str | None, txn_version: int | None,
                  metadata: dict | None) -> tuple[dict, str | None, int | None]:
     """A view commit's pipeframe userMetadata, and its idempotent transaction (the watermark's, with one)."""
-    import uuid
-
     info = {"view": state.name, **(metadata or {}), "commit": uuid.uuid4().hex}
     if source_version is not None:
         info.update(source=state.source, source_version=source_version, source_path=source_path)
