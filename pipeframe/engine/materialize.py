@@ -327,8 +327,8 @@ class Materializer:
                        watermark: tables.Watermark) -> bool | ViewRefresh:
         """Apply what changed in the tables the view joins (not its source, not dimensions) since the versions its
         rows agree with: the groups those changes touch are recomputed from the source as of the view's watermark
-        and the joined tables as of now, and replace their rows, one commit per joined table (an idempotent write
-        under `pipeframe:<view>:<table>`). True when a commit was made; a ViewRefresh when the view went stale."""
+        and the joined tables as of now, and replace their rows, one commit per joined table (where no file lock
+        guards the view, an idempotent write under `pipeframe:<view>:<table>`). True when a commit was made; a ViewRefresh when the view went stale."""
         state, recorded, committed = view.state, dict(watermark.joined), False
         keys = state.keys
         for name in state.joined:

@@ -90,6 +90,9 @@ def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = No
         # Schema changes go through `pipeframe deploy` (FORWARD_QUERY); a write must never widen a table by
         # itself, even where a cluster's spark-defaults.conf turns this on.
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # A view's watermark commit may hold no rows (an increment its WHERE filters out, BACKFILL skip, a rebuild's
+        # last commit); it must still be recorded, also where it carries no transaction id (tables.guarded_by_lock).
+        "spark.databricks.delta.skipRecordingEmptyCommits": "false",
     })
     user = dict(config.spark.conf)
     if "spark.jars" in settings and user.get("spark.jars"):

@@ -220,13 +220,15 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     """Append view rows to `path` in one Delta commit; False when Delta skipped it as a replay.
 
     With `source_version`, the commit also records the view's watermark: the userMetadata names the source
-    version and table for `read_watermark`, and the commit is an idempotent write under the view's transaction id
-    (txnAppId) with txnVersion = the watermark the increment started from (`after`) + 1. Delta skips the write when
-    the view has recorded that number or a higher one, i.e. when another refresher already applied an increment
-    from the same watermark, and refuses it as a concurrent transaction when the other commits while it writes:
-    two refreshers never apply one range twice, whatever the filesystem. Populate chunks pass their own
-    `app_id`/`txn_version` instead."""
-    info, app_id, txn_version = _commit_info(state, source_version, source_path, after, app_id, txn_version, metadata)
+    version and table for `read_watermark`. Where the view's writers take turns under a file lock
+    (`guarded_by_lock`), that is all. Elsewhere the commit is also an idempotent write under the view's transaction
+    id (txnAppId) with txnVersion = the watermark the increment started from (`after`) + 1: Delta skips the write
+    when the view has recorded that number or a higher one, i.e. when another refresher already applied an
+    increment from the same watermark, and refuses it as a concurrent transaction when the other commits while it
+    writes. Either way two refreshers never apply one range twice. Populate chunks pass their own
+    `app_id`/`txn_version` (kept everywhere: they make a chunk replayed after a crash a no-op)."""
+    info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
+                                             metadata)
     writer = frame.selectExpr(*_typed(state)).write.format("delta").mode("append")
     if app_id is not None and txn_version is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
@@ -245,7 +247,8 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
     from session settings, which must not reach the writes other threads make meanwhile."""
     from pipeframe.engine.session import child_session, release_child
 
-    info, app_id, txn_version = _commit_info(state, source_version, source_path, after, app_id, txn_version, metadata)
+    info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
+                                             metadata)
     types = dict(state.columns)
     dead = doomed.distinct().selectExpr(*[f"CAST(`{n}` AS {t}) AS `{n}`" if n in keys else f"CAST(NULL AS {t}) AS `{n}`"
                                           for n, t in state.columns], "'d' AS __pf_op")
@@ -256,8 +259,9 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
     match = " AND ".join(["s.__pf_op = 'd'", *(f"t.`{k}` <=> s.`{k}`" for k in keys)])
     child = child_session(spark)
     try:
-        child.conf.set("spark.databricks.delta.write.txnAppId", app_id or "")
-        child.conf.set("spark.databricks.delta.write.txnVersion", str(txn_version))
+        if app_id is not None:
+            child.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+            child.conf.set("spark.databricks.delta.write.txnVersion", str(txn_version))
         child.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps({"pipeframe": info}))
         child.sql(f"MERGE INTO {quote_path(path)} AS t USING global_temp.{relation} AS s ON {match} "
                   "WHEN MATCHED THEN DELETE WHEN NOT MATCHED AND s.__pf_op = 'i' THEN INSERT "
@@ -265,21 +269,33 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
     finally:
         spark.catalog.dropGlobalTempView(relation)
         release_child(spark, child)
-    return find_commit(spark, path, "commit", info["commit"], within=50) is not None
+    return app_id is None or find_commit(spark, path, "commit", info["commit"], within=50) is not None
 
 
 def _typed(state: ResourceState) -> list[str]:
     return [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
 
 
-def _commit_info(state: ResourceState, source_version: int | None, source_path: str | None, after: int | None,
-                 app_id: str | None, txn_version: int | None,
+def guarded_by_lock(path: str) -> bool:
+    """Whether the writers of the view table at `path` take turns under `conflicts.view_lock`'s file lock: a table
+    in a local folder. There the lock keeps a view's increments apart, and its watermark commits carry no Delta
+    transaction id: Delta 4.4 answers "which transaction versions does this table hold" by replaying the table's
+    whole log in three Spark jobs, which was half the cost of a small refresh (docs/benchmarks.md). Elsewhere
+    (object storage, no file lock) the transaction id is what keeps two refreshers from applying one range twice."""
+    return local_folder(path) is not None
+
+
+def _commit_info(state: ResourceState, path: str, source_version: int | None, source_path: str | None,
+                 after: int | None, app_id: str | None, txn_version: int | None,
                  metadata: dict | None) -> tuple[dict, str | None, int | None]:
-    """A view commit's pipeframe userMetadata, and its idempotent transaction (the watermark's, with one)."""
+    """A view commit's pipeframe userMetadata, and its idempotent transaction: a watermark commit's (the view's
+    transaction id, or the one given) where no file lock guards the table; a populate chunk's (given) always."""
     info = {"view": state.name, **(metadata or {}), "commit": uuid.uuid4().hex}
     if source_version is not None:
         info.update(source=state.source, source_version=source_version, source_path=source_path)
-        if app_id is None:
+        if guarded_by_lock(path):
+            app_id = txn_version = None
+        elif app_id is None:
             app_id, txn_version = watermark_app_id(state.name), (after + 1 if after is not None else source_version)
     return info, app_id, txn_version
 

@@ -146,13 +146,16 @@ def assert_views_exact(project: Project, sent: list[str]) -> None:
 
 
 def test_two_refreshers_that_read_one_watermark_apply_it_once_without_the_lock(spark, spark_config, monkeypatch):
-    """What keeps a view exact where there is no file lock (object storage): both refreshers read the same watermark
-    and build the same increment, then both commit it. The view's commit is an idempotent Delta write on its
-    transaction id (txnAppId = the view, txnVersion = the source version): the second is skipped or refused as a
-    concurrent transaction and, retried from the new watermark, finds the view up to date."""
+    """What keeps a view exact where there is no file lock (object storage, simulated: `guarded_by_lock` answers
+    False): both refreshers read the same watermark and build the same increment, then both commit it. The view's
+    commit is then an idempotent Delta write on its transaction id (txnAppId = the view, txnVersion = the source
+    version): the second is skipped or refused as a concurrent transaction and, retried from the new watermark,
+    finds the view up to date."""
     from pipeframe.engine import tables
     from pipeframe.engine.conflicts import retrying
     from tests.spark.conftest import deployed
+
+    monkeypatch.setattr(tables, "guarded_by_lock", lambda path: False)
 
     project = deployed(spark, spark_config, "unlocked", {"datasources/events.datasource": EVENTS,
                                                          "pipes/hourly.pipe": HOURLY, "pipes/daily.pipe": DAILY})

@@ -90,6 +90,7 @@ def test_spark_connect_gets_only_session_settings(tmp_path):
         "spark.remote": "sc://spark.internal:15002",
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        "spark.databricks.delta.skipRecordingEmptyCommits": "false",
         "spark.sql.shuffle.partitions": "32",
     }
 
