@@ -237,7 +237,7 @@ class Materializer:
                                    f"`pipeframe refresh {state.name} --full` to rebuild it")
         if watermark.source_path not in (None, source.path):
             return self._mark_stale(view, f"its source `{state.source}` was rebuilt since the view last read it")
-        followed = self._follow_joined(view, source, watermark) if state.joined else False
+        followed = self._follow_joined(view, source, watermark) if state.joined else ""
         if isinstance(followed, ViewRefresh):
             return followed
         if followed:
@@ -247,7 +247,7 @@ class Materializer:
         applied = watermark.source_version or 0
         if applied >= latest.version:
             return ViewRefresh(state.name, "applied" if followed else "up to date", applied, applied,
-                               path="join" if followed else None)
+                               path=followed or None)
         commits = sorted((c for c in recent if c.version > applied), key=lambda c: c.version)
         if len(commits) < latest.version - applied:  # further back than the recent history read
             commits = tables.commits_between(self.spark, source.path or "", applied, latest.version)
@@ -293,7 +293,7 @@ class Materializer:
         self._register_lookups(state)
         pins = self._pinned(view, joined)
         metadata = {"rows": rows, **({"joined": joined} if joined else {})}
-        children = [v for v in self.views() if v.state.source == state.name]
+        children = self._children(view)
         if state.negate_sql and not children:
             mode = "negate"
             written = tables.write_states(self._states(view, added, pins).unionByName(
@@ -324,12 +324,18 @@ class Materializer:
         return mode, written
 
     def _follow_joined(self, view: DeployedResource, source: DeployedResource,
-                       watermark: tables.Watermark) -> bool | ViewRefresh:
+                       watermark: tables.Watermark) -> str | ViewRefresh:
         """Apply what changed in the tables the view joins (not its source, not dimensions) since the versions its
-        rows agree with: the groups those changes touch are recomputed from the source as of the view's watermark
-        and the joined tables as of now, and replace their rows, one commit per joined table (where no file lock
-        guards the view, an idempotent write under `pipeframe:<view>:<table>`). True when a commit was made; a ViewRefresh when the view went stale."""
-        state, recorded, committed = view.state, dict(watermark.joined), False
+        rows agree with, one commit per joined table (where no file lock guards the view, an idempotent write under
+        `pipeframe:<view>:<table>`), with the source as of the view's watermark:
+
+        - join-negate: an inner join (or FROM list) whose states can all be subtracted, read by no view: the states
+          of the source joined with the table's added rows, and negated with its removed rows, are appended;
+        - join: otherwise the groups the change touches are recomputed with the table as of now and replace
+          their rows.
+
+        The path of the last commit made ('' when none); a ViewRefresh when the view went stale."""
+        state, recorded, committed = view.state, dict(watermark.joined), ""
         keys = state.keys
         for name in state.joined:
             table = self.deployed.table(name)
@@ -350,34 +356,45 @@ class Materializer:
             rows = tables.read_snapshot(self.spark, source.state, source.path or "", watermark.source_version or 0)
             self._register_lookups(state)
             pins = self._pinned(view, recorded)
-            now = self._states(view, rows, {**pins, name: tables.read_snapshot(self.spark, table.state, table.path,
-                                                                               latest)})
-            if _joined_monotonically(state.state_sql or "", name):  # the groups of the changed rows' join rows
-                touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
-            else:  # an outer join, or a subquery over the table: the groups whose states differ before and after
-                before = tables.read_snapshot(self.spark, table.state, table.path, start) if start >= 0 else \
-                    self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in table.state.columns))
-                old = self._states(view, rows, {**pins, name: before})
-                touched = old.exceptAll(now).unionByName(now.exceptAll(old))
-            touched = touched.select(*[f"`{k}`" for k in keys])
-            replacement = _semi(now, keys, touched)
+            monotonic = _joined_monotonically(state.state_sql or "", name)
+            negate = monotonic and start >= 0 and state.negate_sql and not self._children(view)
+            path = "join-negate" if negate else "join"
             recorded[name] = latest
+            commit = {"source_version": watermark.source_version or 0, "source_path": watermark.source_path,
+                      "app_id": f"{tables.watermark_app_id(state.name)}:{name}", "txn_version": latest,
+                      "metadata": {"path": path, "joined": dict(recorded),
+                                   "rows": sum(c.changed_rows for c in commits)}}
             try:
-                written = tables.replace_groups(
-                    self.spark, state, view.path or "", keys, touched, replacement,
-                    source_version=watermark.source_version or 0, source_path=watermark.source_path,
-                    app_id=f"{tables.watermark_app_id(state.name)}:{name}", txn_version=latest,
-                    metadata={"path": "join", "joined": recorded, "rows": sum(c.changed_rows for c in commits)})
+                if path == "join-negate":  # a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added
+                    written = tables.write_states(self._states(view, rows, {**pins, name: added}).unionByName(
+                        self._negated(view, rows, {**pins, name: removed})), state, view.path or "", **commit)
+                else:
+                    now = self._states(view, rows, {**pins, name: tables.read_snapshot(
+                        self.spark, table.state, table.path, latest)})
+                    if monotonic:  # the groups of the changed rows' join rows
+                        touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
+                    else:  # an outer join, or a subquery over the table: the groups whose states differ
+                        before = tables.read_snapshot(self.spark, table.state, table.path, start) if start >= 0 \
+                            else self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in table.state.columns))
+                        old = self._states(view, rows, {**pins, name: before})
+                        touched = old.exceptAll(now).unionByName(now.exceptAll(old))
+                    touched = touched.select(*[f"`{k}`" for k in keys])
+                    written = tables.replace_groups(self.spark, state, view.path or "", keys, touched,
+                                                    _semi(now, keys, touched), **commit)
             except Exception as exc:
                 if not _history_gone(exc):
                     raise
                 return self._mark_stale(view, f"the change feed of the joined table `{name}` from version "
                                               f"{start + 1} is no longer kept (vacuumed): {first_line(exc)}")
-            committed = committed or written
+            committed = path if written else committed
             self.on_step(f"joined committed {state.name}:{name}")
             with self._cache_lock:
                 self._recent.pop(view.path or "", None)
         return committed
+
+    def _children(self, view: DeployedResource) -> list[DeployedResource]:
+        """The views that read this view's rows."""
+        return [v for v in self.views() if v.state.source == view.state.name]
 
     def _pinned(self, view: DeployedResource, versions: dict[str, int]) -> dict[str, DataFrame]:
         """The joined tables a view follows, as of the versions its rows agree with (read by name when unknown)."""
@@ -507,7 +524,7 @@ class Materializer:
         self._drop_temp_views()
         self.deployed = self.warehouse.snapshot()  # with the swap
         results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
-        for child in [v for v in self.views() if v.state.source == view.state.name]:
+        for child in self._children(view):
             results += self.rebuild(child.state.name)
         return results
 
