@@ -444,9 +444,9 @@ def explanation(results: dict) -> list[str]:
     d = results.get("project_delete")
     if d:
         lines.append(
-            f"- The end-to-end `Project.delete` above was measured once, after the repeats, when the machine's load "
-            f"had fallen (load average {results.get('load_at_end', ['?'])[0]} at the end against "
-            f"{results['load'][0]} at the start): compare it with the split figures only loosely.")
+            f"- The end-to-end `Project.delete` above was measured once, after the repeats (load average "
+            f"{results.get('load_at_end', ['?'])[0]} at the end against {results['load'][0]} at the start): compare it "
+            "with the split figures only loosely.")
     return lines
 
 

@@ -607,7 +607,8 @@ class Materializer:
             record = replace(record, backfill=run)
             self.warehouse.save_view_record(record)
             self.on_progress(BackfillProgress.from_run(view.state.name, run))
-        if run["mode"] == "rebuilding":
+        # A resumed run whose watermark is committed already (and maybe more after it) must not set it back.
+        if run["mode"] == "rebuilding" and tables.read_watermark(self.spark, target.path or "").source_version is None:
             empty = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in target.state.columns))
             tables.write_states(empty, target.state, target.path or "", source_version=pinned,
                                 source_path=source.path,
