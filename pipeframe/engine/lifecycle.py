@@ -40,7 +40,7 @@ class ViewStatus:
     permanent: bool = False
     backfill: BackfillProgress | None = None
     rows_per_second: float = 0.0  # source rows applied per second over the last minute
-    last_path: str | None = None  # how the last refresh applied its rows: append, negate, fold, recompute, rows, join
+    last_path: str | None = None  # how the last refresh applied its rows: append, negate, fold, recompute, rows, join(-negate)
 
     @property
     def lag_ms(self) -> float | None:
