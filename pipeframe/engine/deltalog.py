@@ -140,6 +140,86 @@ def transaction_version(folder: str, app_id: str) -> int | None:
     return found.txn
 
 
+def data_files(folder: str) -> tuple[int, list[str]] | None:
+    """(version, the data files) of the latest snapshot of a small, plain table in a local folder: the `add`
+    actions of its newest checkpoint and of the commit files after it, less their `remove`s. None when the log
+    cannot say it exactly, or when reading the files alone would not give the table's rows (deletion vectors,
+    partition columns, column mapping, a checkpoint with sidecar files)."""
+    try:
+        listing = list_log(folder)
+        if listing is None or listing.latest < 0:
+            return None
+        latest = listing.latest
+        base = max((v for v in listing.checkpoints if all(c in listing.commits for c in range(v + 1, latest + 1))),
+                   default=None)
+        first = 0 if base is None else base + 1
+        if any(v not in listing.commits for v in range(first, latest + 1)):
+            return None
+        live: dict[str, None] = {}
+        metadata: dict | None = None
+
+        def apply(actions: Iterator[dict]) -> None:
+            nonlocal metadata
+            for action in actions:
+                if isinstance(action.get("metaData"), dict):
+                    metadata = action["metaData"]
+                if "sidecar" in action:
+                    raise Unanswerable("a checkpoint with sidecar files")
+                if isinstance(add := action.get("add"), dict):
+                    if add.get("deletionVector"):
+                        raise Unanswerable("a deletion vector")
+                    live[_file_path(folder, add.get("path"))] = None
+                elif isinstance(remove := action.get("remove"), dict):
+                    live.pop(_file_path(folder, remove.get("path")), None)
+
+        if base is not None:  # a checkpoint's adds are the live files; its removes are tombstones, not read
+            for name in listing.checkpoints[base]:
+                path = os.path.join(folder, LOG, name)
+                apply(_actions(path) if name.endswith(".json") else
+                      _parquet_actions(path, ("add", "metaData", "sidecar")))
+        for version in range(first, latest + 1):
+            apply(_actions(_commit_path(folder, version)))
+        if metadata is None or metadata.get("partitionColumns") or \
+                _Found(metadata=metadata).configuration().get("delta.columnMapping.mode", "none") != "none":
+            return None
+    except (OSError, Unanswerable):
+        return None
+    return latest, list(live)
+
+
+def read_rows(folder: str, columns: list[str]) -> tuple[int, list[dict]] | None:
+    """(version, every row as {column: value}) of a small, plain table in a local folder, read with pyarrow
+    without a Spark job; a column its files lack reads as None. None when `data_files` cannot say, or a file
+    cannot be read: the caller asks Spark."""
+    import pyarrow.parquet as pq
+
+    found = data_files(folder)
+    if found is None:
+        return None
+    rows = []
+    try:
+        for path in found[1]:
+            table = pq.read_table(path)
+            rows += [{c: row.get(c) for c in columns}
+                     for row in table.select([c for c in columns if c in table.column_names]).to_pylist()]
+    except (OSError, ValueError):  # pyarrow's errors are both (ArrowInvalid is a ValueError)
+        return None
+    return found[0], rows
+
+
+def _file_path(folder: str, path: object) -> str:
+    """The local file an `add`/`remove` path names (relative to the table, URL-encoded, or a file: URI)."""
+    from urllib.parse import unquote, urlparse
+
+    if not isinstance(path, str) or not path:
+        raise Unanswerable(f"a file action without a path: {path!r}")
+    parsed = urlparse(path)
+    if parsed.scheme not in ("", "file"):
+        raise Unanswerable(f"a file outside the local folder: {path}")
+    local = unquote(parsed.path)
+    return os.path.normpath(local if os.path.isabs(local) else os.path.join(folder, local))
+
+
 # ----------------------------------------------------------------------------------------------- internals
 def _commit_path(folder: str, version: int) -> str:
     return os.path.join(folder, LOG, f"{version:020d}.json")
@@ -292,13 +372,13 @@ def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None
     return found
 
 
-def _parquet_actions(path: str) -> Iterator[dict]:
-    """The txn and metaData actions of a parquet checkpoint (part)."""
+def _parquet_actions(path: str, kinds: tuple[str, ...] = ("txn", "metaData")) -> Iterator[dict]:
+    """The actions of `kinds` (by default txn and metaData) of a parquet checkpoint (part)."""
     import pyarrow.parquet as pq
 
     try:
         schema = pq.read_schema(path)
-        columns = [c for c in ("txn", "metaData") if c in schema.names]
+        columns = [c for c in kinds if c in schema.names]
         table = pq.read_table(path, columns=columns)
     except Exception as exc:  # noqa: BLE001 — an unreadable checkpoint: let Spark read it
         raise Unanswerable(f"{path}: {exc}") from None

@@ -4,6 +4,7 @@ appended (or replace rows); rows that do not go to `<datasource>_quarantine` wit
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 FORMATS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".json": "ndjson", ".csv": "csv", ".parquet": "parquet"}
@@ -116,19 +118,82 @@ def conform(frame: DataFrame, datasource: Datasource, corrupt: str | None = None
 def conform_lines(spark: SparkSession, lines: list[str], datasource: Datasource,
                   parts: list[int] | None = None) -> DataFrame:
     """NDJSON lines held in memory (Python rows, HTTP events), conformed like an NDJSON file. `parts`: the request
-    each line belongs to (a group commit), kept as `__pf_part`. Handed to Spark as one Arrow batch."""
+    each line belongs to (a group commit), kept as `__pf_part`. Handed to Spark as one Arrow batch: the columns
+    already parsed by pyarrow when `_parsed` can (every line a plain object of the declared columns), else the
+    raw lines, for Spark to read column by column (`_conform_json`)."""
     import pyarrow as pa
 
     parts = parts if parts is not None else [0] * len(lines)
     kept = [i for i, line in enumerate(lines) if line.strip()]
+    texts = [lines[i] for i in kept]
+    part = pa.array([parts[i] for i in kept], pa.int32())
     try:
-        raw = pa.array([lines[i] for i in kept], pa.string())
+        raw = pa.array(texts, pa.string())
     except UnicodeEncodeError:  # a lone surrogate is no UTF-8: its bytes are kept, and the line quarantined as such
-        raw = pa.array([lines[i].encode("utf-8", "surrogatepass") for i in kept], pa.binary())
-    frame = spark.createDataFrame(pa.table({RAW: raw, PART: pa.array([parts[i] for i in kept], pa.int32())}))
+        raw = pa.array([text.encode("utf-8", "surrogatepass") for text in texts], pa.binary())
+    parsed = _parsed(texts, datasource) if raw.type == pa.string() else None
+    if parsed is not None:
+        frame = spark.createDataFrame(parsed.append_column(RAW, raw).append_column(PART, part))
+        values = {column: f"`{VALUE}{index}`" for index, column in enumerate(datasource.columns)}
+        return _typed(frame, datasource, values, f"`{RAW}`", _none_of_the_columns(datasource, values), strings=True)
+    frame = spark.createDataFrame(pa.table({RAW: raw, PART: part}))
     if raw.type == pa.binary():
         frame = frame.selectExpr(f"CAST(`{RAW}` AS STRING) AS `{RAW}`", PART)
     return _conform_json(frame, datasource)
+
+
+# How pyarrow reads a declared column's JSON value when `_parsed` may: numbers and booleans as themselves (only
+# where every JSON number that pyarrow accepts reads as Spark reads its text), dates and times as their strings.
+_ARROW_READ = {"STRING": "string", "BOOLEAN": "bool_", "TINYINT": "int64", "SMALLINT": "int64", "INT": "int64",
+               "BIGINT": "int64", "DOUBLE": "float64", "DATE": "string", "TIMESTAMP": "string",
+               "TIMESTAMP_NTZ": "string"}
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines: `_conform_json` quarantines them
+
+
+def _parsed(lines: list[str], datasource: Datasource) -> pa.Table | None:
+    """The declared columns of `lines` parsed by pyarrow's JSON reader, one row per line, as `__pf_value<i>`;
+    None whenever that might not be what `_conform_json` reads, so the lines take that path: a column of another
+    type or read from a `json:` path, a line that is not one object (a top-level `null` would even crash the
+    reader), nested more deeply than Spark reads, a key twice, a value of another JSON type than the column's, an
+    integer out of range, NaN or Infinity."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    fields = []
+    for index, column in enumerate(datasource.columns):
+        kind = _ARROW_READ.get(column.type.upper())
+        if kind is None or not _PLAIN_NAME.fullmatch(column.name) or _json_path(column) != f"$.{column.name}":
+            return None
+        fields.append(pa.field(column.name, getattr(pa, kind)()))
+    for line in lines:
+        text = line.strip()
+        if not (text.startswith("{") and text.endswith("}")) or text.count("{") + text.count("[") > MAX_NESTING:
+            return None
+    data = "\n".join(lines).encode("utf-8")
+    try:
+        table = pj.read_json(pa.BufferReader(data),
+                             read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1),
+                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields),
+                                                           unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(lines):  # two objects on one line
+        return None
+    for field in fields:
+        if field.type == pa.float64() and pc.any(pc.invert(pc.is_finite(table[field.name]))).as_py():
+            return None  # NaN or Infinity spelled as such (valid for pyarrow, not for Spark)
+    return table.select([f.name for f in fields]).rename_columns([f"{VALUE}{i}" for i in range(len(fields))])
+
+
+def _none_of_the_columns(datasource: Datasource, values: dict[Column, str], is_object: str = "TRUE") -> list[str]:
+    """An object with none of the datasource's columns (`{}`, or other keys only) would land as a row of NULLs
+    that every view counts: the reason it does not fit (unless every column has a DEFAULT)."""
+    if all(column.default is not None for column in datasource.columns):
+        return []
+    return [(f"CASE WHEN {is_object} AND {' AND '.join(f'{v} IS NULL' for v in values.values())} "
+             f"THEN 'object has none of the datasource\\'s columns' END")]
 
 
 def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
@@ -159,10 +224,7 @@ def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
     checks = [(f"CASE WHEN NOT `{UTF8}` THEN 'line is not valid UTF-8' "
                f"WHEN get_json_object(`{RAW}`, '$') IS NULL THEN 'line is not valid JSON' "
                f"WHEN json_object_keys(`{RAW}`) IS NULL THEN 'line is JSON but not an object' END")]
-    if any(column.default is None for column in datasource.columns):
-        # `{}` (or an object of other keys only) would land as a row of NULLs that every view counts.
-        checks.append(f"CASE WHEN json_object_keys(`{RAW}`) IS NOT NULL AND coalesce({', '.join(values.values())}) "
-                      f"IS NULL THEN 'object has none of the datasource\\'s columns' END")
+    checks += _none_of_the_columns(datasource, values, f"json_object_keys(`{RAW}`) IS NOT NULL")
     return _typed(lines, datasource, values, f"`{RAW}`", checks, strings=True)
 
 

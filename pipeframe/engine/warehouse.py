@@ -44,6 +44,7 @@ SINGLE_DRIVER_LOGSTORE = "io.delta.storage.S3SingleDriverLogStore"
 MULTI_DRIVER_LOGSTORE = "io.delta.storage.S3DynamoDBLogStore"
 VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
                 "backfill STRING, updated_at TIMESTAMP")
+VIEW_COLUMNS = ["name", "paused", "permanent", "stale_reason", "error", "backfill"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Warehouse:
         self.lock_path = f"{self.uri}/_pipeframe/lock"
         self.views_path = f"{self.uri}/_pipeframe/views"
         self._snapshot: DeployedSnapshot | None = None
+        self._records_at: tuple[int, dict[str, ViewRecord]] | None = None  # the view records of a local version
 
     # ------------------------------------------------------------------------------------ layout
     def table_path(self, name: str, version: int) -> str:
@@ -208,12 +210,25 @@ class Warehouse:
 
     # ------------------------------------------------------------------------------ view records
     def view_records(self) -> dict[str, ViewRecord]:
-        if not self._exists(self.views_path):
+        """Every view's record (paused, stale, error, backfill). In a local warehouse they are read from the
+        records table's files without a Spark job (several after each change, and every refresh asks) and kept
+        until a commit makes a newer version."""
+        version = local_version(self.views_path)
+        if version is not None and self._records_at is not None and self._records_at[0] == version:
+            return dict(self._records_at[1])
+        if not (version >= 0 if version is not None else self._exists(self.views_path)):
             return {}
         IO["views"] += 1
-        return {r["name"]: ViewRecord(r["name"], bool(r["paused"]), bool(r["permanent"]), r["stale_reason"],
-                                      r["error"], json.loads(r["backfill"]) if r["backfill"] else None)
-                for r in self.spark.read.format("delta").load(self.views_path).collect()}
+        folder = local_folder(self.views_path)
+        read = deltalog.read_rows(folder, VIEW_COLUMNS) if folder is not None else None
+        rows = read[1] if read is not None else \
+            [r.asDict() for r in self.spark.read.format("delta").load(self.views_path).collect()]
+        records = {r["name"]: ViewRecord(r["name"], bool(r["paused"]), bool(r["permanent"]), r["stale_reason"],
+                                         r["error"], json.loads(r["backfill"]) if r["backfill"] else None)
+                   for r in rows}
+        if read is not None:
+            self._records_at = (read[0], records)
+        return dict(records)
 
     def view_record(self, name: str) -> ViewRecord:
         return self.view_records().get(name) or ViewRecord(name)

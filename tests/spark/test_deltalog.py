@@ -173,3 +173,43 @@ def test_in_commit_timestamps(spark, spark_config, monkeypatch):
     append(spark, path, [(3, "c")])
     assert "inCommitTimestamp" in (Path(path) / "_delta_log" / f"{4:020d}.json").read_text()
     assert_same_history(monkeypatch, spark, path, limits=(None, 1, 2, 3, 4))
+
+
+def test_rows_read_from_the_files_equal_sparks_at_every_version(spark, table, tmp_path):
+    """Each version of the table (appends, overwrite, DELETE, UPDATE, MERGE, OPTIMIZE, checkpoints every 4
+    commits), copied with its log cut at that version: the rows pyarrow reads from the live files are Spark's."""
+    latest = local_version(table)
+    for version in range(latest + 1):
+        copy = tmp_path / f"v{version}"
+        shutil.copytree(table, copy, ignore=shutil.ignore_patterns("_change_data"))
+        for name in os.listdir(copy / "_delta_log"):
+            if name == "_last_checkpoint" or name[:20].isdigit() and int(name[:20]) > version:
+                os.remove(copy / "_delta_log" / name)
+        found = deltalog.read_rows(str(copy), ["id", "v", "absent"])
+        assert found is not None, version
+        expected = sorted((r["id"], r["v"]) for r in spark.read.format("delta").load(str(copy)).collect())
+        assert found[0] == version
+        assert sorted((r["id"], r["v"]) for r in found[1]) == expected, version
+        assert all(r["absent"] is None for r in found[1])
+
+
+def test_rows_are_left_to_spark_where_the_files_alone_do_not_give_them(spark, spark_config):
+    base = Path(spark_config.warehouse_uri) / "tests" / "deltalog_refused"
+    shutil.rmtree(base, ignore_errors=True)
+    deletion_vectors, partitioned, mapped = (str(base / n) for n in ("dv", "partitioned", "mapped"))
+    spark.sql(f"CREATE TABLE {quote_path(deletion_vectors)} (id INT, v STRING) USING DELTA "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.createDataFrame([(1, "a"), (2, "b")], "id INT, v STRING").coalesce(1).write.format("delta") \
+        .mode("append").save(deletion_vectors)  # one file holding both rows
+    assert sorted(r["id"] for r in deltalog.read_rows(deletion_vectors, ["id"])[1]) == [1, 2]
+    spark.sql(f"DELETE FROM {quote_path(deletion_vectors)} WHERE id = 1")  # marks the row in a deletion vector
+    assert deltalog.read_rows(deletion_vectors, ["id"]) is None
+    spark.sql(f"CREATE TABLE {quote_path(partitioned)} (id INT, v STRING) USING DELTA PARTITIONED BY (v)")
+    append(spark, partitioned, [(1, "a")])
+    assert deltalog.read_rows(partitioned, ["id", "v"]) is None  # the partition value is not in the file
+    spark.sql(f"CREATE TABLE {quote_path(mapped)} (id INT, v STRING) USING DELTA "
+              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', "
+              "'delta.minWriterVersion' = '5')")
+    append(spark, mapped, [(1, "a")])
+    assert deltalog.read_rows(mapped, ["id", "v"]) is None  # the files name their columns by physical names
+    assert deltalog.read_rows(str(base / "nothing"), ["id"]) is None
