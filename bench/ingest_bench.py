@@ -432,32 +432,51 @@ def plain_floor(spark, folder: Path, rows: int, seconds: float) -> dict:
 
 def conform_cost(project, repeats: int = 3) -> dict:
     """What the group commit's first Spark job costs against a plain JSON parse of the same lines: `conform_lines`
-    (the datasource's schema check, numbers read exactly where a double could change them, quarantine reasons) and
-    the misfit rows the commit collects (`Ingestor._misfits`), vs `from_json` of the lines counted. Seconds, median
-    of `repeats`, for a tiny and a large group."""
+    (the datasource's schema check, quarantine reasons) and the misfit rows the commit collects
+    (`Ingestor._misfits`), with the lines parsed by pyarrow (the path plain objects take) and read by Spark column
+    by column (the path of every other batch), vs `from_json` of the lines counted. Seconds, median of `repeats`,
+    for a tiny and a large group."""
     import pyarrow as pa
 
+    from pipeframe.engine import ingest
     from pipeframe.engine.ingest import REASON, Ingestor, conform_lines
 
     spark = project.spark
     _table, definition = project.landing_target("events")
     out = {}
+    fast = ingest._parsed
+
+    def conform_count(lines: list[str], parts: list[int], requests: int) -> None:
+        Ingestor._misfits(conform_lines(spark, lines, definition, parts).where(f"`{REASON}` IS NOT NULL"), requests)
+
+    def json_count(lines: list[str]) -> None:
+        spark.createDataFrame(pa.table({"value": pa.array(lines, pa.string())})) \
+            .selectExpr(f"from_json(value, '{DELTA_SCHEMA}') AS r").where("r.ts IS NOT NULL").count()
+
     for rows, requests in ((10, 1), (40_000, 40)):
         lines = ndjson_lines(0, rows)
         parts = [i * requests // rows for i in range(rows)]
-        conformed, parsed = [], []
+        conformed, by_spark, parsed = [], [], []
         for _ in range(repeats + 1):  # the first is a warm-up
-            started = time.perf_counter()
-            Ingestor._misfits(conform_lines(spark, lines, definition, parts).where(f"`{REASON}` IS NOT NULL"), requests)
-            conformed.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            spark.createDataFrame(pa.table({"value": pa.array(lines, pa.string())})) \
-                .selectExpr(f"from_json(value, '{DELTA_SCHEMA}') AS r").where("r.ts IS NOT NULL").count()
-            parsed.append(time.perf_counter() - started)
+            conformed.append(timed_s(conform_count, lines, parts, requests))
+            ingest._parsed = lambda _lines, _definition: None
+            try:
+                by_spark.append(timed_s(conform_count, lines, parts, requests))
+            finally:
+                ingest._parsed = fast
+            parsed.append(timed_s(json_count, lines))
         out[str(rows)] = {"conform_count_s": round(statistics.median(conformed[1:]), 3),
-                          "from_json_count_s": round(statistics.median(parsed[1:]), 3), "requests": requests}
-    log(f"conform + per-request count vs from_json: {out}")
+                          "spark_read_count_s": round(statistics.median(by_spark[1:]), 3),
+                          "from_json_count_s": round(statistics.median(parsed[1:]), 3), "requests": requests,
+                          "pyarrow": fast(lines, definition) is not None}
+    log(f"conform + per-request count (pyarrow / Spark's read) vs from_json: {out}")
     return out
+
+
+def timed_s(fn: Callable[..., object], *args: object) -> float:
+    started = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - started
 
 
 # ------------------------------------------------------------------------------------ Project.append profile
@@ -649,14 +668,19 @@ def limits(results: dict) -> list[str]:
     if conform:
         small_c, large_c = conform.get("10", {}), conform.get("40000", {})
         out.append(
-            f"- **The schema check before the Delta write.** Each group commit first runs `conform_lines` (each "
-            "column read and cast, a number re-read from its text only where a double could have changed it) and "
-            "collects the misfit rows (no shuffle while they are few; the accepted ones are counted by the commit): "
-            f"{small_c.get('conform_count_s')} s "
-            f"for 10 lines and {large_c.get('conform_count_s')} s for 40,000 lines (40 requests), where `from_json` "
-            f"of the same lines, counted, took {small_c.get('from_json_count_s')} s and "
-            f"{large_c.get('from_json_count_s')} s. The fixed part bounds requests/s, the per-row part (about "
-            f"{large_c.get('conform_count_s', 0) / 40:.2f} ms a row here) bounds rows/s, before the rows are written.")
+            "- **The schema check before the Delta write.** Each group commit first conforms its lines to the "
+            "datasource (`conform_lines`: each column cast, quarantine reasons) and collects the misfit rows (no "
+            "shuffle while they are few; the accepted ones are counted by the commit). Lines that are plain objects "
+            "of the declared columns are parsed by pyarrow in one pass"
+            + (" (as these are)" if large_c.get("pyarrow") else "") + ": "
+            f"{small_c.get('conform_count_s')} s for 10 lines and {large_c.get('conform_count_s')} s for 40,000 lines "
+            f"(40 requests), against {small_c.get('spark_read_count_s', '?')} s and "
+            f"{large_c.get('spark_read_count_s', '?')} s when Spark reads every column from the line (the path of "
+            "any other batch: a JSON path, a number where a string is declared, a line that is not one object...), "
+            f"and {small_c.get('from_json_count_s')} s and {large_c.get('from_json_count_s')} s for `from_json` of "
+            "the same lines, counted. The fixed part (a Spark job) bounds requests/s, the per-row part (about "
+            f"{large_c.get('conform_count_s', 0) / 40:.3f} ms a row here) bounds rows/s, before the rows are "
+            "written.")
     if floor:
         plain = floor.get("A") or next(iter(floor.values()))
         out.append(
@@ -717,22 +741,19 @@ def section(results: dict) -> str:
                          f"{p['latency_p99_s']} s | (no views) | {p['requests']} | |")
     why = {TARGETS["requests_per_s"][0]: "a group commit takes a second or more here (schema check job + Delta "
                                           "commit), sharing two cores with the views (below)",
-           TARGETS["rows_per_s"][0]: "the schema check's per-row cost and the Delta commit (below)",
+           TARGETS["rows_per_s"][0]: "the schema check and the Delta commit, sharing two cores with the views (below)",
            TARGETS["latency_p95_s"][0]: "a request waits for the commit under way, then its own: each is seconds "
                                         "here (below)",
-           TARGETS["visible_p95_s"][0]: "one or two materializer rounds of three sequential view refreshes (below, "
-                                        "and the profile)"}
+           TARGETS["visible_p95_s"][0]: "one or two materializer rounds of three view refreshes (below, and the "
+                                        "profile)"}
     lines += ["", "| target (issue 14) | measured | verdict | why, when missed |", "|---|---|---|---|"]
     for label, measured, met in verdicts(results):
         verdict = "not measured" if met is None else "met" if met else "**not met**"
         lines.append(f"| {label} | {measured} | {verdict} | {why[label] if met is False else ''} |")
     before = results.get("before")
     if before and before.get("scenarios"):
-        lines += ["", (f"Before this issue's fixes (the same benchmark earlier the same day, {before.get('command')}; "
-                       f"load average {before.get('load', ['?'])[0]}): the route held a thread per request (at most 40 "
-                       "requests per commit), the `flush_ms` clock could cut a group of one or two requests right after "
-                       "a commit, the misfit count needed a shuffle, every number was re-read from its text, and "
-                       "commits and views shared Spark's FIFO queue."), "",
+        lines += ["", (f"The run before ({before.get('date')}, {before.get('command')}; load average "
+                       f"{before.get('load', ['?'])[0]}): {before.get('changes', '')}"), "",
                   ("| scenario | requests/s before → after | rows/s before → after | latency p95 before → after | "
                    "commit → visible p95 before → after | plain append floor, requests/s before → after |"),
                   "|---|---|---|---|---|---|"]
@@ -787,9 +808,11 @@ def section(results: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------ running
 def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats: int,
-        append: dict | None = None, scenarios: Sequence[str] = tuple(SCENARIOS), keep: bool = False) -> dict:
+        append: dict | None = None, scenarios: Sequence[str] = tuple(SCENARIOS), keep: bool = False,
+        flush_ms: int | None = None) -> dict:
     """Everything above, in one temp warehouse. `append`: the Project.append figures measured already (run.py's
-    views section), reused instead of measured again."""
+    views section), reused instead of measured again. `flush_ms`: the project's `ingest.flush_ms` (default: the
+    product's)."""
     from pipeframe.project import Project
 
     work = Path(tempfile.mkdtemp(prefix="pipeframe-ingest-bench-"))
@@ -799,6 +822,9 @@ def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats:
     try:
         root = work / "project"
         write_pipeframe_project(root)
+        if flush_ms is not None:
+            with (root / "pipeframe.yaml").open("a") as config:
+                config.write(f"ingest:\n  flush_ms: {flush_ms}\n")
         project = Project(root)
         log("deploying the benchmark project (3 views)")
         project.deploy()
@@ -846,6 +872,7 @@ def main() -> int:
     parser.add_argument("--scenarios", default="A,B", help="A (10-row requests), B (1,000-row requests)")
     parser.add_argument("--profile-rows", type=int, default=100_000, help="rows of the profiled Project.append (0: skip)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of the Project.append profile")
+    parser.add_argument("--flush-ms", type=int, default=None, help="the project's ingest.flush_ms (default: pipeframe's)")
     parser.add_argument("--keep", action="store_true", help="keep the temp project, its tables and serve.log")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this file")
     parser.add_argument("--write", action="store_true", help="put the results into docs/benchmarks.json and .md")
@@ -859,7 +886,7 @@ def main() -> int:
     if set(chosen) - set(SCENARIOS):
         parser.error(f"unknown scenario(s): {', '.join(sorted(set(chosen) - set(SCENARIOS)))}")
     results = run(args.seconds, args.clients, args.warmup, args.profile_rows, args.repeats, scenarios=chosen,
-                  keep=args.keep)
+                  keep=args.keep, flush_ms=args.flush_ms)
     results["command"] = " ".join(["python", "bench/ingest_bench.py", *sys.argv[1:]])
     text = section(results)
     print(text)

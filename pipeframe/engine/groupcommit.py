@@ -272,10 +272,10 @@ class GroupCommitter:
             stats.last_commit_version = version
             stats.last_commit_ms = (time.monotonic() - started) * 1000
             stats.recent.append((time.time(), accepted))
-        queue.committed = time.monotonic()
         mark = self.on_commit(queue.name, version) if version is not None else None
         for request, result in zip(group, results, strict=True):
             request.done.set_result(replace(result, mark=mark))
+        queue.committed = time.monotonic()  # once answered: the next group's `flush_ms` clock starts no earlier
 
     @staticmethod
     def _settle(queue: _Queue, group: list[_Request]) -> None:
