@@ -662,9 +662,10 @@ def limits(results: dict) -> list[str]:
         f"- **Groups take every request waiting.** Scenario A's source commits held a median of "
         f"{commits['requests_median']} requests (at most {commits['requests_max']}) with {a['clients']} clients "
         f"sending, a commit every {commits['interval_median_s']} s (median): the route awaits its request's commit "
-        "on the event loop (no thread held per request), and a group's `flush_ms` clock starts no earlier than the "
-        "end of the previous commit, so the clients it answered are back in time to join the next one. With K "
-        "clients, requests/s is about K / (commit time + flush_ms): the commit time is what is left to cut.")
+        "on the event loop (no thread held per request), and a group's `flush_ms` clock starts no earlier than when "
+        "the previous group was answered, so the clients it answered are back in time to join the next one (see "
+        "the notes below for the run that measured it). With K clients, requests/s is about K / (commit time + "
+        "flush_ms): the commit time is what is left to cut.")
     if conform:
         small_c, large_c = conform.get("10", {}), conform.get("40000", {})
         out.append(
