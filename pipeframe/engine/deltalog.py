@@ -150,11 +150,7 @@ def data_files(folder: str) -> tuple[int, list[str]] | None:
         if listing is None or listing.latest < 0:
             return None
         latest = listing.latest
-        base = max((v for v in listing.checkpoints if all(c in listing.commits for c in range(v + 1, latest + 1))),
-                   default=None)
-        first = 0 if base is None else base + 1
-        if any(v not in listing.commits for v in range(first, latest + 1)):
-            return None
+        base, first = _replay_start(listing)
         live: dict[str, None] = {}
         metadata: dict | None = None
 
@@ -330,16 +326,24 @@ class _Found:
         return config if isinstance(config, dict) else {}
 
 
-def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None) -> _Found:
-    """The current metaData action (and the newest txn of `want_txn`) of a table: commit files newest first,
-    then the newest checkpoint they reach back to."""
-    found = _Found()
+def _replay_start(listing: Listing) -> tuple[int | None, int]:
+    """Where the latest snapshot is read from: (the newest checkpoint that every later commit file follows, or None;
+    the first commit file to read after it). Unanswerable when commit files are missing in between."""
     latest = listing.latest
     base = max((v for v in listing.checkpoints if v <= latest and all(
         c in listing.commits for c in range(v + 1, latest + 1))), default=None)
     first = 0 if base is None else base + 1
     if any(v not in listing.commits for v in range(first, latest + 1)):
         raise Unanswerable("commit files missing and no checkpoint before them")
+    return base, first
+
+
+def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None) -> _Found:
+    """The current metaData action (and the newest txn of `want_txn`) of a table: commit files newest first,
+    then the newest checkpoint they reach back to."""
+    found = _Found()
+    latest = listing.latest
+    base, first = _replay_start(listing)
 
     def take(actions: Iterator[dict]) -> None:
         """One file's metaData and txn of `want_txn`: the last of each in it (Delta applies them in order);

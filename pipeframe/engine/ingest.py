@@ -162,7 +162,7 @@ def _parsed(lines: list[str], datasource: Datasource) -> pa.Table | None:
     import pyarrow.json as pj
 
     fields = []
-    for index, column in enumerate(datasource.columns):
+    for column in datasource.columns:
         kind = _ARROW_READ.get(column.type.upper())
         if kind is None or not _PLAIN_NAME.fullmatch(column.name) or _json_path(column) != f"$.{column.name}":
             return None

@@ -195,9 +195,12 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
     commits = list(commits)
     wanted = [c.version for c in commits if not c.neutral]
     columns = [f"`{name}`" for name, _ in source.columns]
-    empty = spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.columns))
+
+    def empty() -> DataFrame:
+        return spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.columns))
+
     if not wanted:
-        return empty, empty
+        return empty(), empty()
     frame = (spark.read.format("delta").option("readChangeFeed", "true")
              .option("startingVersion", min(wanted)).option("endingVersion", max(wanted)).load(path))
     skipped = [c.version for c in commits if c.neutral and min(wanted) < c.version < max(wanted)]
@@ -205,7 +208,7 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
         frame = frame.where(f"_commit_version NOT IN ({', '.join(map(str, skipped))})")
     removed = frame.where("_change_type IN ('delete', 'update_preimage')").select(*columns)
     if all(c.operation == "DELETE" for c in commits if not c.neutral):  # nothing added: no second scan of the feed
-        return empty, removed
+        return empty(), removed
     added = frame.where("_change_type IN ('insert', 'update_postimage')").select(*columns)
     return added, removed
 

@@ -44,7 +44,7 @@ SINGLE_DRIVER_LOGSTORE = "io.delta.storage.S3SingleDriverLogStore"
 MULTI_DRIVER_LOGSTORE = "io.delta.storage.S3DynamoDBLogStore"
 VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
                 "backfill STRING, updated_at TIMESTAMP")
-VIEW_COLUMNS = ["name", "paused", "permanent", "stale_reason", "error", "backfill"]
+VIEW_COLUMNS = [c.split()[0] for c in VIEWS_SCHEMA.split(", ") if not c.startswith("updated_at")]
 
 
 @dataclass(frozen=True)
