@@ -406,10 +406,11 @@ def explanation(results: dict) -> list[str]:
             f"not the table: {neg['incremental_s']['median']:.1f} s median here against "
             f"{neg['full_s']['median']:.1f} s to rebuild. What is left is mostly the fixed cost of any refresh on "
             "this machine (the view's watermark and the source's history from the Delta logs, a change-feed read, one "
-            "aggregation job, one Delta commit; the view records come from their table's files, without a Spark "
-            "job). That commit carries no Delta transaction id in a local warehouse (docs/views.md: the view's file "
-            "lock keeps refreshers apart), which took three Spark jobs of log replay off every view commit. Since "
-            "this run, a change made only of deletes reads the change feed once (no added rows to look for).")
+            "aggregation job whose states come to the driver as Arrow, one commit file; the view records come from "
+            "their table's files, without a Spark job). The states are written by pyarrow and committed without a "
+            "Spark write job (engine/deltaappend.py), and the commit carries no Delta transaction id in a local "
+            "warehouse (docs/views.md: the view's file lock keeps refreshers apart). A change made only of deletes "
+            "reads the change feed once (no added rows to look for).")
     rec = delete.get("daily_peaks")
     if rec:
         lines.append(

@@ -38,6 +38,9 @@ class IngestSettings:
     flush_ms: int = 50
     buffer_bytes: int = 256 * 1024 * 1024
     poll_ms: int = 1000  # how often the continuous materializer looks for commits made by other writers
+    # Group commits and view increments to local tables are written by pyarrow and committed to the Delta log
+    # without a Spark write job (engine/deltaappend.py); false: always through Spark's writer.
+    direct_commit: bool = True
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,12 @@ def _ingest(value: Any) -> IngestSettings:
                              f"Use only: {', '.join(known)}.", Location(CONFIG_FILE))
     settings = {}
     for key, number in value.items():
+        if key == "direct_commit":
+            if not isinstance(number, bool):
+                raise PipeframeError("PF002", f"`ingest.direct_commit` must be true or false, not `{number}`.",
+                                     example, Location(CONFIG_FILE))
+            settings[key] = number
+            continue
         if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
             raise PipeframeError("PF002", f"`ingest.{key}` must be a positive whole number, not `{number}`.",
                                  example, Location(CONFIG_FILE))

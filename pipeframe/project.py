@@ -365,7 +365,8 @@ class Project:
                      on_progress: Callable[[BackfillProgress], None] | None = None) -> Materializer:
         from pipeframe.engine.materialize import Materializer
 
-        return Materializer(self.spark, self.warehouse, self.snapshot, on_step=on_step, on_progress=on_progress)
+        return Materializer(self.spark, self.warehouse, self.snapshot, on_step=on_step, on_progress=on_progress,
+                            direct_commit=self.config.ingest.direct_commit)
 
     def append(self, name: str, data: object, format: str | None = None,
                on_step: Callable[[str], None] | None = None, idempotency_key: str | None = None,

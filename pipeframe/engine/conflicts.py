@@ -42,6 +42,13 @@ _THREAD_LOCKS: dict[str, threading.Lock] = {}
 _GUARD = threading.Lock()
 
 
+def table_lock(path: str) -> threading.Lock:
+    """The lock this process's pipeframe writes to one datasource table take (`engine.deltaappend` commits without
+    Spark's own per-table lock, so pipeframe's Spark writes to the same table wait for it here)."""
+    with _GUARD:
+        return _THREAD_LOCKS.setdefault(f"table\0{path}", threading.Lock())
+
+
 @contextlib.contextmanager
 def view_lock(warehouse_uri: str, view: str) -> Iterator[None]:
     """Held while one view's watermark is read and its increment committed, so two refreshers (threads or

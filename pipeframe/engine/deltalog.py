@@ -128,16 +128,55 @@ def transaction_version(folder: str, app_id: str) -> int | None:
     """The version of the newest idempotent write (`txnAppId`/`txnVersion`) recorded for `app_id` in the table's
     current snapshot; None when it has none, or when the log cannot say (no log, a gap in it, a transaction
     retention the snapshot would apply)."""
+    snapshot = _snapshot(folder, want_txn=app_id)
+    if snapshot is None:
+        return None
+    found = snapshot[1]
+    if TXN_RETENTION in found.configuration():
+        return None  # expired transactions leave the snapshot: let Delta judge
+    return found.txn
+
+
+@dataclass(frozen=True)
+class TableState:
+    """The latest version of a table, and its current metaData and protocol actions (as Delta wrote them)."""
+
+    version: int
+    metadata: dict
+    protocol: dict
+
+    def configuration(self) -> dict:
+        return _Found(metadata=self.metadata).configuration()
+
+
+def table_state(folder: str) -> TableState | None:
+    """The latest version, metaData and protocol of the table in a local folder; None when the log cannot say
+    exactly (or there is no table)."""
+    snapshot = _snapshot(folder, want_protocol=True)
+    if snapshot is None:
+        return None
+    version, found = snapshot
+    return TableState(version, found.metadata or {}, found.protocol or {})
+
+
+def _snapshot(folder: str, want_txn: str | None = None, want_protocol: bool = False) -> tuple[int, _Found] | None:
+    """(latest version, `_snapshot_actions`) of the table in a local folder; None without a table or an exact
+    answer."""
     try:
         listing = list_log(folder)
         if listing is None or listing.latest < 0:
             return None
-        found = _snapshot_actions(folder, listing, want_txn=app_id)
+        return listing.latest, _snapshot_actions(folder, listing, want_txn, want_protocol)
     except (OSError, Unanswerable):
         return None
-    if TXN_RETENTION in found.configuration():
-        return None  # expired transactions leave the snapshot: let Delta judge
-    return found.txn
+
+
+def commit_actions(folder: str, version: int) -> list[dict] | None:
+    """The actions of one commit file; None when it cannot be read."""
+    try:
+        return list(_actions(_commit_path(folder, version)))
+    except (OSError, Unanswerable):
+        return None
 
 
 def data_files(folder: str) -> tuple[int, list[str]] | None:
@@ -318,6 +357,7 @@ class _Found:
     txn: int | None = None
     txn_seen: bool = False
     metadata: dict | None = None
+    protocol: dict | None = None
 
     def configuration(self) -> dict:
         config = (self.metadata or {}).get("configuration") or {}
@@ -338,9 +378,10 @@ def _replay_start(listing: Listing) -> tuple[int | None, int]:
     return base, first
 
 
-def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None) -> _Found:
-    """The current metaData action (and the newest txn of `want_txn`) of a table: commit files newest first,
-    then the newest checkpoint they reach back to."""
+def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None,
+                      want_protocol: bool = False) -> _Found:
+    """The current metaData action (and the newest txn of `want_txn`, the protocol if `want_protocol`) of a table:
+    commit files newest first, then the newest checkpoint they reach back to."""
     found = _Found()
     latest = listing.latest
     base, first = _replay_start(listing)
@@ -348,15 +389,19 @@ def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None
     def take(actions: Iterator[dict]) -> None:
         """One file's metaData and txn of `want_txn`: the last of each in it (Delta applies them in order);
         a newer file's win over an older one's."""
-        meta = txn = None
+        meta = txn = protocol = None
         for action in actions:
             if isinstance(action.get("metaData"), dict):
                 meta = action["metaData"]
+            if isinstance(action.get("protocol"), dict):
+                protocol = action["protocol"]
             entry = action.get("txn")
             if want_txn is not None and isinstance(entry, dict) and entry.get("appId") == want_txn:
                 txn = entry
         if found.metadata is None and meta is not None:
             found.metadata = meta
+        if found.protocol is None and protocol is not None:
+            found.protocol = protocol
         if not found.txn_seen and txn is not None:
             version = txn.get("version")
             if not isinstance(version, int) or isinstance(version, bool):
@@ -365,14 +410,16 @@ def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None
 
     for version in range(latest, first - 1, -1):
         take(_actions(_commit_path(folder, version)))
-        if found.metadata is not None and (want_txn is None or found.txn_seen):
+        if found.metadata is not None and (want_txn is None or found.txn_seen) and \
+                (not want_protocol or found.protocol is not None):
             return found
     if base is not None:
-        for name in listing.checkpoints[base]:  # a checkpoint holds each appId once, and one metaData
+        for name in listing.checkpoints[base]:  # a checkpoint holds each appId once, one metaData, one protocol
             path = os.path.join(folder, LOG, name)
-            take(_actions(path) if name.endswith(".json") else _parquet_actions(path))
-    if found.metadata is None:
-        raise Unanswerable("no metaData action in the log")
+            take(_actions(path) if name.endswith(".json") else
+                 _parquet_actions(path, ("txn", "metaData", "protocol")))
+    if found.metadata is None or (want_protocol and found.protocol is None):
+        raise Unanswerable("no metaData (or protocol) action in the log")
     return found
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeframe.datafiles.model import Column, Datasource
-from pipeframe.engine.conflicts import retrying
+from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.engine.warehouse import DeployedResource, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line, quote_path, quote_string
@@ -304,59 +304,100 @@ class Ingestor:
 
     def commit(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None],
                mode: str = "append", where: str | None = None, metadata: dict | None = None,
-               sizes: list[int] | None = None) -> tuple[int | None, list[Landed]]:
+               sizes: list[int] | None = None, in_memory: bool = False) -> tuple[int | None, list[Landed]]:
         """Land a batch whose rows belong to `parts` requests (`__pf_part`; `sizes`: each request's rows) in one
         commit of the datasource: what each request landed, and the commit's version. Quarantine is written first:
         a crash in between loses nothing. The idempotency `keys` of the requests are kept in the commit's
         userMetadata with their counts, so a retried request is answered from there (`committed_keys`).
 
-        The batch is evaluated once (persisted): one job finds the misfit rows (without a shuffle while they are
-        few), the writes read the cache, and the accepted rows are counted by the commit itself."""
+        `in_memory` (a group commit's rows, bounded by its flush settings): the batch is brought to the driver as
+        Arrow in one job, split there, and appended by `deltaappend` without a Spark write job where the table
+        allows it. Otherwise the batch is evaluated once (persisted): one job finds the misfit rows (without a
+        shuffle while they are few), the writes read the cache, and the accepted rows are counted by the commit."""
         self.warehouse.require_safe_writers()
-        from pyspark import StorageLevel
+        with table_lock(table.path or ""):
+            if in_memory and mode == "append" and where is None and sizes is not None:
+                return self._commit_arrow(table, batch, keys, metadata, sizes)
+            return self._commit_frame(table, batch, parts, keys, mode, where, metadata, sizes)
 
-        from pipeframe.engine import tables
+    def _commit_arrow(self, table: DeployedResource, batch: Batch, keys: list[str | None], metadata: dict | None,
+                      sizes: list[int]) -> tuple[int | None, list[Landed]]:
+        import pyarrow.compute as pc
+
+        from pipeframe.engine import deltaappend, tables
+
+        frame = batch.frame
+        rows = frame.toArrow()
+        misfit = pc.is_valid(rows.column(REASON))
+        quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
+        if pc.any(misfit).as_py():
+            bad = rows.filter(misfit)
+            for part, reason in zip(bad.column(PART).to_pylist(), bad.column(REASON).to_pylist(), strict=True):
+                quarantined[part] += 1
+                if len(reasons[part]) < 3:
+                    reasons[part].append(reason)
+            self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
+        columns = [name for name, _ in table.state.columns]
+        good = rows.filter(pc.invert(misfit)).select(columns)
+        accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
+        info = _commit_metadata(metadata, keys, accepted, quarantined)
+        folder = local_folder(table.path or "")
+        version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
+                                     tables.checkpoint_later(self.spark, table.path or "")) if folder else None
+        if version is None:
+            schema = frame.select(*[f"`{c}`" for c in columns]).schema
+            commit = self._save(table, self.spark.createDataFrame(good, schema=schema), "append", None, info)
+            version = commit.version if commit else None
+        return version, [Landed(a, q, tuple(r)) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
+
+    def _commit_frame(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None], mode: str,
+                      where: str | None, metadata: dict | None,
+                      sizes: list[int] | None) -> tuple[int | None, list[Landed]]:
+        from pyspark import StorageLevel
 
         frame = batch.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             bad = frame.where(f"`{REASON}` IS NOT NULL")
             quarantined, reasons = self._misfits(bad, parts)
             if any(quarantined):
-                rows = bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason",
-                                      f"{quote_string(batch.source)} AS source", "current_timestamp() AS ingested_at")
-                path = self.warehouse.quarantine_path(table.state.name)
-                # Another writer may create the quarantine table first: its commit wins, this one is retried.
-                retrying(lambda: rows.write.format("delta").mode("append").save(path))
+                self._quarantine(bad, table, batch.source)
             columns = [f"`{name}`" for name, _ in table.state.columns]
             good = frame.where(f"`{REASON}` IS NULL").select(*columns)
-            info = dict(metadata or {}, commit=uuid.uuid4().hex)
             if sizes is None and any(keys):  # a key is kept with its counts: count the (cached) rows now
                 sizes = [frame.count()]
             accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)] if sizes else None
-            if accepted is not None:
-                known = {key: [a, q] for key, a, q in zip(keys, accepted, quarantined, strict=True) if key}
-                if known:
-                    info["keys"] = known
-            writer = (good.write.format("delta").mode(mode)
-                      .option("userMetadata", json.dumps({"pipeframe": info})))
-            if where:
-                writer = writer.option("replaceWhere", where)
-            try:
-                retrying(lambda: writer.save(table.path or ""))
-            except Exception as exc:
-                if where:
-                    raise PipeframeError("PF713", f"Cannot replace rows of `{table.state.name}` where `{where}`: "
-                                         f"{first_line(exc)}", "Every new row must match the --where "
-                                         "condition, and the condition must be valid SQL over the "
-                                         "datasource's columns.") from None
-                raise
-            commit = tables.find_commit(self.spark, table.path or "", "commit", info["commit"])
+            commit = self._save(table, good, mode, where, _commit_metadata(metadata, keys, accepted, quarantined))
         finally:
             frame.unpersist()
         if accepted is None:  # one part whose size is not known beforehand (a file): the commit counted it
             accepted = [commit.added_rows if commit and "numOutputRows" in commit.metrics else good.count()]
         return (commit.version if commit else None), [Landed(a, q, r) for a, q, r in
                                                       zip(accepted, quarantined, reasons, strict=True)]
+
+    def _quarantine(self, bad: DataFrame, table: DeployedResource, source: str) -> None:
+        rows = bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{quote_string(source)} AS source",
+                              "current_timestamp() AS ingested_at")
+        path = self.warehouse.quarantine_path(table.state.name)
+        # Another writer may create the quarantine table first: its commit wins, this one is retried.
+        retrying(lambda: rows.write.format("delta").mode("append").save(path))
+
+    def _save(self, table: DeployedResource, good: DataFrame, mode: str, where: str | None, info: dict):
+        """Spark's write of the accepted rows, with `info` as the commit's pipeframe userMetadata: the commit."""
+        from pipeframe.engine import tables
+
+        writer = good.write.format("delta").mode(mode).option("userMetadata", json.dumps({"pipeframe": info}))
+        if where:
+            writer = writer.option("replaceWhere", where)
+        try:
+            retrying(lambda: writer.save(table.path or ""))
+        except Exception as exc:
+            if where:
+                raise PipeframeError("PF713", f"Cannot replace rows of `{table.state.name}` where `{where}`: "
+                                     f"{first_line(exc)}", "Every new row must match the --where "
+                                     "condition, and the condition must be valid SQL over the "
+                                     "datasource's columns.") from None
+            raise
+        return tables.find_commit(self.spark, table.path or "", "commit", info["commit"])
 
     @staticmethod
     def _misfits(bad: DataFrame, parts: int) -> tuple[list[int], list[tuple[str, ...]]]:
@@ -383,13 +424,25 @@ class Ingestor:
 
         condition = f" WHERE {where}" if where else ""
         try:
-            self.spark.sql(f"DELETE FROM {quote_path(table.path or '')}{condition}")
+            with table_lock(table.path or ""):
+                self.spark.sql(f"DELETE FROM {quote_path(table.path or '')}{condition}")
         except Exception as exc:  # noqa: BLE001
             raise PipeframeError("PF714", f"Cannot delete from `{table.state.name}` where `{where}`: "
                                  f"{first_line(exc)}", "Write a Spark SQL condition over the datasource's "
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
+
+
+def _commit_metadata(metadata: dict | None, keys: list[str | None], accepted: list[int] | None,
+                     quarantined: list[int]) -> dict:
+    """A datasource commit's pipeframe userMetadata: `metadata`, a unique commit id, and each idempotency key with
+    what its request landed (accepted, quarantined)."""
+    info = dict(metadata or {}, commit=uuid.uuid4().hex)
+    known = {key: [a, q] for key, a, q in zip(keys, accepted or (), quarantined, strict=False) if key}
+    if known:
+        info["keys"] = known
+    return info
 
 
 def ndjson_lines(rows: list | tuple) -> list[str]:

@@ -115,8 +115,9 @@ class Materializer:
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, deployed: DeployedSnapshot, *,
                  on_step: StepHook | None = None,
-                 on_progress: Callable[[BackfillProgress], None] | None = None) -> None:
+                 on_progress: Callable[[BackfillProgress], None] | None = None, direct_commit: bool = True) -> None:
         self.spark = spark
+        self.direct_commit = direct_commit  # increments of local views appended by `deltaappend` (ingest setting)
         self.warehouse = warehouse
         self.deployed = deployed
         self.on_step = on_step or (lambda _step: None)
@@ -297,7 +298,8 @@ class Materializer:
         if state.negate_sql and not children:
             mode = "negate"
             written = tables.write_states(self._states(view, added, pins).unionByName(
-                self._negated(view, removed, pins)), state, path, metadata={**metadata, "path": mode}, **watermark)
+                self._negated(view, removed, pins)), state, path, metadata={**metadata, "path": mode},
+                direct=self.direct_commit, **watermark)
             return mode, written
         keys = state.keys if state.aggregated else tuple(n for n, _ in state.columns)
         if state.negate_sql:
@@ -367,7 +369,8 @@ class Materializer:
             try:
                 if path == "join-negate":  # a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added
                     written = tables.write_states(self._states(view, rows, {**pins, name: added}).unionByName(
-                        self._negated(view, rows, {**pins, name: removed})), state, view.path or "", **commit)
+                        self._negated(view, rows, {**pins, name: removed})), state, view.path or "",
+                        direct=self.direct_commit, **commit)
                 else:
                     now = self._states(view, rows, {**pins, name: tables.read_snapshot(
                         self.spark, table.state, table.path, latest)})
@@ -469,7 +472,8 @@ class Materializer:
         # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
         states = self._states(view, batch, self._pinned(view, joined or {}))
         metadata = {**(metadata or {}), **({"joined": joined} if joined else {})}
-        written = tables.write_states(states, view.state, view.path or "", metadata=metadata, **watermark)
+        written = tables.write_states(states, view.state, view.path or "", metadata=metadata,
+                                      direct=self.direct_commit, **watermark)
         with self._cache_lock:
             self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
         return written

@@ -4,10 +4,12 @@ a source between two versions (its commit history and its change data feed)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -16,12 +18,18 @@ from pipeframe.engine import deltalog
 from pipeframe.engine.conflicts import local_folder
 from pipeframe.engine.warehouse import IO
 from pipeframe.plan.state import ResourceState
-from pipeframe.sqltext import quote_path, quote_string
+from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+log = logging.getLogger("pipeframe.tables")
 PARTITION_COLUMN = "__pf_partition"
+# A view increment of at most this many source rows has its states brought to the driver and appended by
+# `deltaappend` (no Spark write job); a larger one is written by Spark's writer.
+DIRECT_ROWS = 1_000_000
+_CHECKPOINTING: set[str] = set()  # tables whose checkpoint a thread of `checkpoint_later` is writing
+_CHECKPOINTS_GUARD = threading.Lock()
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Maintenance commits that leave every view's merged values as they were: compaction rewrites state rows into
 # fewer rows, and retention (TTL) deletes old rows on purpose. Views downstream skip these commits.
@@ -221,7 +229,7 @@ def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version
 
 def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_version: int | None = None,
                  source_path: str | None = None, after: int | None = None, app_id: str | None = None,
-                 txn_version: int | None = None, metadata: dict | None = None) -> bool:
+                 txn_version: int | None = None, metadata: dict | None = None, direct: bool = False) -> bool:
     """Append view rows to `path` in one Delta commit; False when Delta skipped it as a replay.
 
     With `source_version`, the commit also records the view's watermark: the userMetadata names the source
@@ -231,10 +239,25 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     when the view has recorded that number or a higher one, i.e. when another refresher already applied an
     increment from the same watermark, and refuses it as a concurrent transaction when the other commits while it
     writes. Either way two refreshers never apply one range twice. Populate chunks pass their own
-    `app_id`/`txn_version` (kept everywhere: they make a chunk replayed after a crash a no-op)."""
+    `app_id`/`txn_version` (kept everywhere: they make a chunk replayed after a crash a no-op).
+
+    With `direct`, an increment of a view in a local folder (no transaction id; `metadata["rows"]`, the source rows
+    it applies, at most DIRECT_ROWS) has its states brought to the driver as Arrow and appended by `deltaappend`:
+    one Spark job instead of a write job and Delta's commit."""
     info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
                                              metadata)
-    writer = frame.selectExpr(*_typed(state)).write.format("delta").mode("append")
+    typed = frame.selectExpr(*_typed(state))
+    folder = local_folder(path)
+    if direct and app_id is None and folder is not None and \
+            int((metadata or {}).get("rows", DIRECT_ROWS + 1)) <= DIRECT_ROWS:
+        from pipeframe.engine import deltaappend
+
+        rows = typed.toArrow()
+        spark = frame.sparkSession
+        if deltaappend.append(folder, rows, json.dumps({"pipeframe": info}), checkpoint_later(spark, path)) is not None:
+            return True
+        typed = spark.createDataFrame(rows, schema=typed.schema)  # Spark's writer, without computing them again
+    writer = typed.write.format("delta").mode("append")
     if app_id is not None and txn_version is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
     writer.option("userMetadata", json.dumps({"pipeframe": info})).save(path)
@@ -356,6 +379,50 @@ def remove_path(spark: SparkSession, path: str) -> None:
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
     if fs.exists(hadoop_path):
         fs.delete(hadoop_path, True)
+
+
+def checkpoint(spark: SparkSession, path: str) -> bool:
+    """Write a checkpoint of the table's latest version with Delta's own code (its writer does so every
+    `delta.checkpointInterval` commits; commits made by `deltaappend` ask for it here). False on Spark Connect,
+    whose client has no handle on Delta's JVM objects."""
+    from pipeframe.engine.session import is_connect
+
+    if is_connect(spark):
+        return False
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
+    none = jvm.scala.Option.apply(None)
+    delta_log.checkpoint(delta_log.update(False, none, none), none)
+    return True
+
+
+def checkpoint_later(spark: SparkSession, path: str) -> Callable[[int], None] | None:
+    """How a commit made by `deltaappend` on a checkpoint version has its checkpoint written: by Delta
+    (`checkpoint`), in a thread of its own (one at a time per table), so the commit is answered meanwhile; a process
+    that exits waits for it (not a daemon thread). None on Spark Connect: Spark's writer then makes those commits,
+    and their checkpoints."""
+    from pipeframe.engine.session import is_connect
+
+    if is_connect(spark):
+        return None
+
+    def run() -> None:
+        try:
+            checkpoint(spark, path)
+        except Exception as exc:  # noqa: BLE001 — the next checkpoint version tries again; readers replay more
+            log.info("could not write a checkpoint of %s: %s", path, first_line(exc))
+        finally:
+            with _CHECKPOINTS_GUARD:
+                _CHECKPOINTING.discard(path)
+
+    def later(_version: int) -> None:
+        with _CHECKPOINTS_GUARD:
+            if path in _CHECKPOINTING:
+                return
+            _CHECKPOINTING.add(path)
+        threading.Thread(target=run, daemon=False, name="pipeframe-checkpoint").start()
+
+    return later
 
 
 def _pipeframe_metadata(text: str | None) -> dict:

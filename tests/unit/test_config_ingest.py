@@ -15,6 +15,9 @@ def test_defaults_and_overrides_per_environment(tmp_path):
     assert load_config(tmp_path, environ={}).ingest == IngestSettings(flush_ms=200)
     assert load_config(tmp_path, "prod", environ={}).ingest == IngestSettings(flush_ms=200, buffer_bytes=1000)
     assert load_config(tmp_path / "missing", environ={}).ingest == IngestSettings()
+    assert IngestSettings().direct_commit is True
+    (tmp_path / "pipeframe.yaml").write_text("ingest:\n  direct_commit: false\n")
+    assert load_config(tmp_path, environ={}).ingest == IngestSettings(direct_commit=False)
 
 
 @pytest.mark.parametrize("text, words", [
@@ -23,6 +26,8 @@ def test_defaults_and_overrides_per_environment(tmp_path):
     ("ingest: {flush_ms: -1}\n", "`ingest.flush_ms` must be a positive whole number"),
     ("ingest: {flush_rows: 1.5}\n", "`ingest.flush_rows` must be a positive whole number"),
     ("ingest: {poll_ms: true}\n", "`ingest.poll_ms` must be a positive whole number"),
+    ("ingest: {direct_commit: 1}\n", "`ingest.direct_commit` must be true or false"),
+    ("ingest: {direct_commit: 'no'}\n", "`ingest.direct_commit` must be true or false"),
 ])
 def test_bad_settings_name_the_key_and_the_fix(tmp_path, text, words):
     (tmp_path / "pipeframe.yaml").write_text(text)

@@ -1,0 +1,230 @@
+"""engine.deltaappend against real Delta tables: rows appended by pyarrow and a commit file read back by Spark equal
+the same rows appended by Spark's writer (values, types, change feed, history, statistics used to skip files), the
+table goes on working under Spark's writes (DELETE, UPDATE, MERGE, OPTIMIZE, checkpoints), two appenders never take
+one version, and every table or batch it must not write is left to Spark with nothing committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+
+from pipeframe.engine import deltaappend, deltalog
+from pipeframe.sqltext import quote_path
+
+SCHEMA = ("id BIGINT, n INT, s SMALLINT, name STRING, amount DOUBLE, price DECIMAL(10,2), ok BOOLEAN, day DATE, "
+          "ts TIMESTAMP, tags ARRAY<STRING>, attrs MAP<STRING,INT>, point STRUCT<x: DOUBLE, y: DOUBLE>, raw BINARY")
+
+
+def rows(first: int, count: int) -> list[tuple]:
+    out = []
+    for i in range(first, first + count):
+        none = i % 7 == 3  # some NULLs in every column
+        out.append((i, None if none else i * 3 - 50, i % 5, None if none else f"name-{i % 11}" + "x" * (i % 40),
+                    None if none else i / 7, None if none else Decimal(f"{i}.{i % 100:02d}"), i % 2 == 0,
+                    date(2024, 1, 1 + i % 28), datetime(2024, 5, 1, i % 24, i % 60, i % 60, i * 7 % 1_000_000,
+                                                         tzinfo=UTC),
+                    None if none else [f"t{i % 3}", None], {"k": i}, (i * 0.5, -i * 0.25), bytes([i % 256])))
+    return out
+
+
+def frame(spark, first: int, count: int):
+    return spark.createDataFrame(rows(first, count), SCHEMA)
+
+
+def create(spark, path: str, extra: str = "") -> None:
+    spark.sql(f"CREATE TABLE {quote_path(path)} ({SCHEMA}) USING DELTA "
+              f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true'{extra})")
+
+
+def direct(spark, path: str, first: int, count: int, metadata: dict | None = None) -> int | None:
+    arrow = frame(spark, first, count).toArrow()
+    return deltaappend.append(path, arrow, json.dumps({"pipeframe": metadata}) if metadata else None)
+
+
+def sorted_rows(spark, sql: str) -> list:
+    return sorted(spark.sql(sql).collect(), key=lambda r: r["id"])
+
+
+def test_rows_appended_without_spark_equal_sparks_own_append(spark, table_path):
+    ours, theirs = f"{table_path}_ours", f"{table_path}_theirs"
+    for path in (ours, theirs):
+        create(spark, path)
+    batches = [(0, 40), (40, 1), (41, 120)]
+    versions = [direct(spark, ours, first, count, {"batch": i}) for i, (first, count) in enumerate(batches)]
+    for first, count in batches:
+        frame(spark, first, count).write.format("delta").mode("append").save(theirs)
+    assert versions == [1, 2, 3]
+
+    assert sorted_rows(spark, f"SELECT * FROM delta.`{ours}`") == sorted_rows(spark, f"SELECT * FROM delta.`{theirs}`")
+    assert spark.read.format("delta").load(ours).schema == spark.read.format("delta").load(theirs).schema
+    # The change feed gives the same inserts, each at the version that holds it.
+    feed = "SELECT *, _change_type AS change, _commit_version AS v FROM table_changes_by_path('{}', 1)"
+    mine = sorted_rows(spark, feed.format(ours))
+    assert [(r["id"], r["change"], r["v"]) for r in mine] == \
+        [(r["id"], r["change"], r["v"]) for r in sorted_rows(spark, feed.format(theirs))]
+    # History as DESCRIBE HISTORY shows it: an append with its row count and the userMetadata given.
+    history = spark.sql(f"DESCRIBE HISTORY {quote_path(ours)}").orderBy("version").collect()
+    assert [(h["version"], h["operation"], h["operationMetrics"].get("numOutputRows")) for h in history[1:]] == \
+        [(1, "WRITE", "40"), (2, "WRITE", "1"), (3, "WRITE", "120")]
+    assert json.loads(history[2]["userMetadata"]) == {"pipeframe": {"batch": 1}}
+    assert deltalog.history(ours, 1)[0].metadata == {"batch": 2}
+
+
+def test_statistics_skip_files_without_changing_answers(spark, table_path):
+    ours, theirs = f"{table_path}_ours", f"{table_path}_theirs"
+    create(spark, ours)
+    for first in (0, 100, 200):
+        direct(spark, ours, first, 100)
+    frame(spark, 0, 300).write.format("delta").save(theirs)
+    for condition in ("id >= 150 AND id < 160", "n = -50", "day = DATE'2024-01-05'", "name = 'name-3'",
+                      "name > 'name-9'", "amount > 30", "ts < TIMESTAMP'2024-05-01 02:00:00+00:00'", "n IS NULL"):
+        count = f"SELECT count(*) FROM delta.`{{}}` WHERE {condition}"
+        assert spark.sql(count.format(ours)).first()[0] == spark.sql(count.format(theirs)).first()[0], condition
+    stats = [json.loads(a["add"]["stats"]) for a in deltalog.commit_actions(ours, 2) if "add" in a]
+    assert stats[0]["numRecords"] == 100 and stats[0]["minValues"]["id"] == 100 and stats[0]["maxValues"]["id"] == 199
+    assert "name" not in stats[0]["minValues"], "strings longer than Delta's 32-character prefix have no bounds"
+    # Files are skipped on what the bounds say: one of three files holds ids 150..159.
+    files = spark.sql(f"SELECT input_file_name() AS f FROM delta.`{ours}` WHERE id BETWEEN 150 AND 159") \
+        .distinct().count()
+    assert files == 1
+
+
+def test_sparks_writes_checkpoints_and_rewrites_follow_direct_appends(spark, table_path):
+    ours, theirs = f"{table_path}_ours", f"{table_path}_theirs"
+    create(spark, ours)
+    create(spark, theirs)
+    written = [direct(spark, ours, i * 10, 10) for i in range(10)]
+    # Version 10 is a checkpoint version: left to Spark, which writes it and its checkpoint.
+    assert written[:9] == list(range(1, 10)) and written[9] is None
+    frame(spark, 90, 10).write.format("delta").mode("append").save(ours)
+    frame(spark, 0, 100).write.format("delta").mode("append").save(theirs)
+    assert os.path.exists(os.path.join(ours, "_delta_log", f"{10:020d}.checkpoint.parquet"))
+    assert direct(spark, ours, 100, 10) == 11
+    frame(spark, 100, 10).write.format("delta").mode("append").save(theirs)
+    frame(spark, 200, 5).createOrReplaceTempView("incoming")
+    for path in map(quote_path, (ours, theirs)):
+        spark.sql(f"DELETE FROM {path} WHERE id % 4 = 0")
+        spark.sql(f"UPDATE {path} SET n = n + 1000 WHERE id % 4 = 1")
+        spark.sql(f"MERGE INTO {path} t USING incoming s ON t.id = s.id - 100 "
+                  "WHEN MATCHED THEN UPDATE SET name = 'merged' WHEN NOT MATCHED THEN INSERT *")
+        spark.sql(f"OPTIMIZE {path}")
+    assert direct(spark, ours, 300, 10) is not None
+    frame(spark, 300, 10).write.format("delta").mode("append").save(theirs)
+    assert sorted_rows(spark, f"SELECT * FROM delta.`{ours}`") == sorted_rows(spark, f"SELECT * FROM delta.`{theirs}`")
+    assert spark.sql(f"SELECT count(*) FROM delta.`{ours}` WHERE name = 'merged'").first()[0] == 3
+
+
+def test_two_appenders_never_take_one_version(spark, table_path):
+    create(spark, table_path)
+    batches = [frame(spark, i * 10, 10).toArrow() for i in range(16)]
+    results: list = [None] * len(batches)
+
+    def appender(index: int) -> None:
+        results[index] = deltaappend.append(table_path, batches[index])
+
+    threads = [threading.Thread(target=appender, args=(i,)) for i in range(len(batches))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    landed = [v for v in results if v is not None]
+    # Versions 1..9 are taken, each once; 10 is a checkpoint version, left to Spark by the rest.
+    assert sorted(landed) == list(range(1, 10)), "two appends took one version, or one was lost"
+    expected = sorted(i for index, v in enumerate(results) if v is not None for i in range(index * 10, index * 10 + 10))
+    assert sorted(r["id"] for r in spark.read.format("delta").load(table_path).collect()) == expected
+
+
+def test_metadata_change_won_is_checked_again(spark, table_path, monkeypatch):
+    create(spark, table_path)
+    arrow = frame(spark, 0, 5).toArrow()
+    commit = deltaappend._commit
+
+    def late(folder, version, *args):  # another writer adds a column just before this commit
+        monkeypatch.setattr(deltaappend, "_commit", commit)
+        spark.sql(f"ALTER TABLE {quote_path(table_path)} ADD COLUMNS (extra STRING)")
+        return commit(folder, version, *args)
+
+    monkeypatch.setattr(deltaappend, "_commit", late)
+    assert deltaappend.append(table_path, arrow) is None, "the rows lack the new column: Spark must write them"
+    assert spark.read.format("delta").load(table_path).count() == 0
+
+
+@pytest.mark.parametrize("kind, setup", [
+    ("partitioned", "PARTITIONED BY (day)"),
+    ("column mapping", "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"),
+    ("check constraint", "CONSTRAINT"),
+    ("generated column", "GENERATED"),
+    ("not null", "NOT NULL"),
+    ("row tracking", "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"),
+    ("in-commit timestamps", "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')"),
+    ("other columns", "OTHER"),
+])
+def test_what_it_must_not_write_is_left_to_spark(spark, table_path, kind, setup):
+    path = quote_path(table_path)
+    if setup in ("CONSTRAINT", "OTHER", "NOT NULL"):
+        schema = SCHEMA.replace("name STRING", "name STRING NOT NULL") if setup == "NOT NULL" else SCHEMA
+        spark.sql(f"CREATE TABLE {path} ({schema if setup != 'OTHER' else SCHEMA + ', more INT'}) USING DELTA")
+        if setup == "CONSTRAINT":
+            spark.sql(f"ALTER TABLE {path} ADD CONSTRAINT positive CHECK (id >= 0)")
+    elif setup == "GENERATED":
+        spark.sql(f"CREATE TABLE {path} ({SCHEMA}, d2 DATE GENERATED ALWAYS AS (to_date(ts))) USING DELTA")
+    else:
+        spark.sql(f"CREATE TABLE {path} ({SCHEMA}) USING DELTA {setup}")
+    before = deltalog.latest_version(table_path)
+    arrow = frame(spark, 0, 10).toArrow()
+    if setup == "GENERATED":
+        import pyarrow as pa
+
+        arrow = arrow.append_column("d2", pa.array([None] * 10, pa.date32()))
+    assert deltaappend.append(table_path, arrow) is None, kind
+    assert deltalog.latest_version(table_path) == before
+
+
+def test_a_batch_of_other_types_is_left_to_spark(spark, table_path):
+    create(spark, table_path)
+    arrow = frame(spark, 0, 3).toArrow()
+    import pyarrow as pa
+
+    narrowed = arrow.set_column(arrow.column_names.index("id"), "id", arrow.column("id").cast(pa.int32()))
+    assert deltaappend.append(table_path, narrowed) is None
+    assert deltaappend.append(table_path, arrow.drop_columns(["raw"])) is None
+    assert deltaappend.append(f"{table_path}_missing", arrow) is None
+    assert deltalog.latest_version(table_path) == 0
+
+
+@pytest.mark.parametrize("direct_commit", [True, False])
+def test_group_commits_land_through_pyarrow_unless_told_not_to(spark, spark_config, direct_commit):
+    from tests.spark.conftest import deployed
+    from tests.spark.test_events import FILES
+
+    project = deployed(spark, spark_config, f"direct_{direct_commit}", FILES,
+                       f"ingest:\n  direct_commit: {str(direct_commit).lower()}\n")
+    path = project.snapshot.table("events").path
+    lines = [{"ts": "2024-05-01 10:00:00", "user": f"u{i % 3}", "amount": i} for i in range(30)]
+    lines += [{"ts": "not a time", "user": "bad", "amount": 1}, "not json"]
+    result = project.append("events", lines, idempotency_key="k1")
+    assert (result.accepted, result.quarantined) == (30, 2)
+    assert len(result.reasons) == 2 and "cannot read" in result.reasons[0]
+    [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+    assert (info["engineInfo"] == deltaappend.ENGINE) is direct_commit
+    replay = project.append("events", lines, idempotency_key="k1")
+    assert replay.replayed and (replay.accepted, replay.version) == (30, result.version)
+    quarantine = spark.read.format("delta").load(project.warehouse.quarantine_path("events"))
+    assert {r["raw"] for r in quarantine.collect()} == {json.dumps(lines[30]), "not json"}
+    view = {r["user_id"]: (r["orders"], r["revenue"]) for r in project.query("SELECT * FROM by_user").collect()}
+    assert view == {f"u{u}": (10, float(sum(i for i in range(30) if i % 3 == u))) for u in range(3)}
+    assert project.query("SELECT orders FROM total").first()["orders"] == 30
+    # The views' increments were appended the same way (the watermark in the commit), and cascaded.
+    applied = result.version
+    for view in ("by_user", "total"):
+        folder = project.snapshot.table(view).path
+        [info] = [a["commitInfo"] for a in deltalog.commit_actions(folder, deltalog.latest_version(folder))
+                  if "commitInfo" in a]
+        assert (info["engineInfo"] == deltaappend.ENGINE) is direct_commit, view
+        assert json.loads(info["userMetadata"])["pipeframe"]["source_version"] == applied, view
+        applied = deltalog.latest_version(folder)  # what the cascading view applied
