@@ -7,7 +7,8 @@ append, and nothing it is unsure of. `append` answers None (nothing committed: t
 
 * a table it cannot read exactly from its log (`deltalog`), or not in a local folder;
 * partition columns, column mapping, in-commit timestamps, row tracking, identity or generated columns, column
-  invariants or CHECK constraints, a column default, a writer feature it does not know;
+  invariants or CHECK constraints, a column default, liquid clustering (its writers must give the clustering columns
+  statistics this module does not write for every type), a writer feature it does not know;
 * rows whose columns or types are not the table's;
 * a commit that falls on a checkpoint version (every `delta.checkpointInterval`, 10 by default), unless the caller
   has Delta write the checkpoint after it (`on_checkpoint`): readers must never replay a long log.
@@ -16,16 +17,18 @@ The commit is `NNN.json`, created by a hard link of a complete temporary file, w
 writers never both take one version. On losing a version it reads the commits that won: a metadata or protocol
 change runs the checks again, anything else is retried at the next version (a blind append conflicts with no data
 change, Delta's own rule). Spark's writer on a local filesystem checks then renames, a window of microseconds in
-which it could replace a commit made here; within a process, `conflicts.table_lock` keeps pipeframe's writes to a
-datasource apart, and a view's refresh lock its increments. A crash before the link leaves an unreferenced parquet file, which VACUUM removes.
+which it could replace a commit made here (the same window two Spark processes have between them); within a
+process, `conflicts.table_lock` keeps these commits apart from pipeframe's Spark writes to the same table (ingest,
+DELETE, TTL, OPTIMIZE, compaction, deploy's ALTERs). A crash before the link leaves an unreferenced parquet file, which VACUUM removes.
 
-Statistics: numRecords and nullCount of every column, min/max of integer, date and short string columns (exact
-values, as Delta's reader expects them); none for the rest, which only means those files are not skipped by
+Statistics: numRecords, nullCount of every column but structs, min/max of integer, date and short string columns
+(exact values, as Delta's reader expects them); none for the rest, which only means those files are not skipped by
 filters on them until OPTIMIZE rewrites them."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
@@ -38,11 +41,12 @@ from pipeframe.engine import deltalog
 if TYPE_CHECKING:
     import pyarrow as pa
 
+log = logging.getLogger("pipeframe.deltaappend")
 ENGINE = "pipeframe (pyarrow append)"
 ATTEMPTS = 20  # versions tried before giving the append to Spark
 # Writer features whose rules a plain append of complete rows meets (the checks below cover the conditional ones).
 WRITER_FEATURES = {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
-                   "deletionVectors", "timestampNtz", "domainMetadata", "clustering", "v2Checkpoint",
+                   "deletionVectors", "timestampNtz", "domainMetadata", "v2Checkpoint",
                    "vacuumProtocolCheck", "columnMapping", "typeWidening", "typeWidening-preview"}
 UNSAFE_CONFIG = ("delta.constraints.", "delta.columnMapping.mode", "delta.enableInCommitTimestamps",
                  "delta.enableRowTracking")
@@ -58,6 +62,7 @@ class _Table:
     columns: dict[str, object]
     required: frozenset[str]  # NOT NULL columns
     checkpoint_interval: int
+    tight_bounds: bool  # the table may have deletion vectors: its statistics say whether they are exact
 
 
 def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
@@ -79,10 +84,16 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
         if due and on_checkpoint is None:
             return None
         if data is None and rows.num_rows:
-            data = _write_file(folder, rows)
-        if _commit(folder, version, table.version, rows.num_rows, data, user_metadata):
+            data = _write_file(folder, rows, table.tight_bounds)
+        committed = _commit(folder, version, table.version, rows.num_rows, data, user_metadata)
+        if committed is None:
+            return None  # the filesystem cannot create the commit file this way: Spark's writer can
+        if committed:
             if due and on_checkpoint is not None:
-                on_checkpoint(version)
+                try:
+                    on_checkpoint(version)
+                except Exception as exc:  # noqa: BLE001 — the rows are committed: answer so, whatever the checkpoint
+                    log.warning("could not ask for a checkpoint of %s at version %s: %s", folder, version, exc)
             return version
         actions = deltalog.commit_actions(folder, version)
         if actions is None or any("metaData" in a or "protocol" in a for a in actions):
@@ -109,10 +120,32 @@ def _table(folder: str) -> _Table | None:
         interval = int(config.get("delta.checkpointInterval", 10))
     except (ValueError, KeyError, TypeError):
         return None
-    if interval < 1 or any(str(key).startswith(UNSAFE_FIELD) for f in fields for key in (f.get("metadata") or {})):
+    if interval < 1 or any(str(key).startswith(UNSAFE_FIELD) for key in _field_metadata_keys(fields)):
         return None
+    features = set(protocol.get("writerFeatures") or ())
     return _Table(state.version, {f["name"]: f["type"] for f in fields},
-                  frozenset(f["name"] for f in fields if f.get("nullable") is False), interval)
+                  frozenset(f["name"] for f in fields if f.get("nullable") is False), interval,
+                  "deletionVectors" in features)
+
+
+def writable(folder: str) -> bool:
+    """Whether the table in local `folder` is one `append` can write (its rows may still not fit, or a commit of
+    another writer change that): checked before rows are brought to the driver for it."""
+    return _table(folder) is not None
+
+
+def _field_metadata_keys(fields: list) -> list[str]:
+    """The metadata keys of every field of a schema, nested ones included."""
+    keys: list[str] = []
+    for f in fields:
+        keys += list(f.get("metadata") or {})
+        kind = f.get("type")
+        while isinstance(kind, dict):
+            if kind.get("type") == "struct":
+                keys += _field_metadata_keys(kind.get("fields") or [])
+                break
+            kind = kind.get("elementType") or kind.get("valueType")
+    return keys
 
 
 def _fits(rows: pa.Table, table: _Table) -> bool:
@@ -157,40 +190,53 @@ def _same_type(arrow: pa.DataType, delta: object) -> bool:
     return False
 
 
-def _write_file(folder: str, rows: pa.Table) -> tuple[str, dict]:
-    """One parquet file of `rows` in the table's folder: its `add` action."""
+def _write_file(folder: str, rows: pa.Table, tight_bounds: bool) -> tuple[str, dict]:
+    """One parquet file of `rows` in the table's folder, on disk before any commit names it: its `add` action."""
     import pyarrow.parquet as pq
 
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     path = os.path.join(folder, name)
     pq.write_table(rows, path, compression="snappy")
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
     stat = os.stat(path)
+    stats = _stats(rows)
+    if tight_bounds:
+        stats["tightBounds"] = True  # exact: a new file has no deletion vector
     return name, {"path": name, "partitionValues": {}, "size": stat.st_size,
                   "modificationTime": stat.st_mtime_ns // 1_000_000, "dataChange": True,
-                  "stats": json.dumps(_stats(rows), separators=(",", ":"))}
+                  "stats": json.dumps(stats, separators=(",", ":"))}
 
 
 def _stats(rows: pa.Table) -> dict:
+    """numRecords; nullCount of every column but structs (Delta nests theirs); exact min/max of integer, date and
+    short string columns."""
     import pyarrow.compute as pc
     import pyarrow.types as t
 
     low, high, nulls = {}, {}, {}
     for name in rows.column_names:
         column = rows.column(name)
-        nulls[name] = column.null_count
         kind = column.type
-        if column.null_count == len(column) or not (t.is_integer(kind) or t.is_date32(kind) or t.is_string(kind)):
+        if t.is_struct(kind):
             continue
-        if t.is_string(kind) and pc.max(pc.utf8_length(column)).as_py() > STRING_STATS:
+        nulls[name] = column.null_count
+        text = t.is_string(kind) or t.is_large_string(kind)
+        if column.null_count == len(column) or not (t.is_integer(kind) or t.is_date32(kind) or text):
             continue
-        bounds = pc.min_max(column).as_py()
+        try:
+            if text and pc.max(pc.utf8_length(column)).as_py() > STRING_STATS:
+                continue
+            bounds = pc.min_max(column).as_py()
+        except (ValueError, OverflowError):  # e.g. a date outside Python's years 1..9999: no bounds
+            continue
         low[name], high[name] = (str(b) if t.is_date32(kind) else b for b in (bounds["min"], bounds["max"]))
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
 
 
 def _commit(folder: str, version: int, read: int, count: int, data: tuple[str, dict] | None,
-            user_metadata: str | None) -> bool:
-    """Put commit `version` in place: False when another writer has it."""
+            user_metadata: str | None) -> bool | None:
+    """Put commit `version` in place: False when another writer has it, None when the filesystem cannot link."""
     info = {"timestamp": int(time.time() * 1000), "operation": "WRITE",
             "operationParameters": {"mode": "Append", "partitionBy": "[]"}, "readVersion": read,
             "isolationLevel": "Serializable", "isBlindAppend": True,
@@ -211,14 +257,7 @@ def _commit(folder: str, version: int, read: int, count: int, data: tuple[str, d
         return True
     except FileExistsError:
         return False
+    except OSError:  # no hard links here (some network and FUSE filesystems)
+        return None
     finally:
         os.unlink(temporary)
-
-
-def _changes_table(folder: str, version: int) -> bool:
-    """Whether the commit another writer made at `version` changes the table's metadata or protocol."""
-    try:
-        return any("metaData" in action or "protocol" in action
-                   for action in deltalog._actions(deltalog._commit_path(folder, version)))
-    except (OSError, deltalog.Unanswerable):
-        return True

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine import tables
+from pipeframe.engine.conflicts import table_lock
 from pipeframe.engine.warehouse import Warehouse, new_deployment_id, now
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.diff import Change, Plan
@@ -138,6 +139,10 @@ class Deployer:
         live[change.key] = new
 
     def _alter(self, path: str, change: Change) -> None:
+        with table_lock(path):  # group commits of this process to the table wait (engine/deltaappend.py)
+            self._alter_locked(path, change)
+
+    def _alter_locked(self, path: str, change: Change) -> None:
         desired, table = change.desired, quote_path(path)
         assert desired is not None
         existing = {f.name for f in self.spark.read.format("delta").load(path).schema.fields}

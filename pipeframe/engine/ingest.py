@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeframe.datafiles.model import Column, Datasource
+from pipeframe.engine import deltaappend
 from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.engine.warehouse import DeployedResource, Warehouse
 from pipeframe.errors import PipeframeError
@@ -310,24 +311,29 @@ class Ingestor:
         a crash in between loses nothing. The idempotency `keys` of the requests are kept in the commit's
         userMetadata with their counts, so a retried request is answered from there (`committed_keys`).
 
-        `in_memory` (a group commit's rows, bounded by its flush settings): the batch is brought to the driver as
-        Arrow in one job, split there, and appended by `deltaappend` without a Spark write job where the table
-        allows it. Otherwise the batch is evaluated once (persisted): one job finds the misfit rows (without a
-        shuffle while they are few), the writes read the cache, and the accepted rows are counted by the commit."""
+        `in_memory` (a group commit's rows, bounded by its flush settings), to a local table `deltaappend` can
+        write: the batch is brought to the driver as Arrow in one job, split there, and appended by `deltaappend`
+        without a Spark write job. Otherwise the batch is evaluated once (persisted): one job finds the misfit rows
+        (without a shuffle while they are few), the writes read the cache, and the accepted rows are counted by the
+        commit."""
         self.warehouse.require_safe_writers()
+        folder = local_folder(table.path or "")
         with table_lock(table.path or ""):
-            if in_memory and mode == "append" and where is None and sizes is not None:
-                return self._commit_arrow(table, batch, keys, metadata, sizes)
+            if in_memory and mode == "append" and where is None and sizes is not None and folder is not None and \
+                    deltaappend.writable(folder):
+                return self._commit_arrow(table, batch, folder, keys, metadata, sizes)
             return self._commit_frame(table, batch, parts, keys, mode, where, metadata, sizes)
 
-    def _commit_arrow(self, table: DeployedResource, batch: Batch, keys: list[str | None], metadata: dict | None,
-                      sizes: list[int]) -> tuple[int | None, list[Landed]]:
+    def _commit_arrow(self, table: DeployedResource, batch: Batch, folder: str, keys: list[str | None],
+                      metadata: dict | None, sizes: list[int]) -> tuple[int | None, list[Landed]]:
         import pyarrow.compute as pc
+        from pyspark.sql.functions import expr
 
-        from pipeframe.engine import deltaappend, tables
+        from pipeframe.engine import tables
 
         frame = batch.frame
-        rows = frame.toArrow()
+        # Only a misfit row's raw text is kept (quarantine): the rest need not travel to the driver.
+        rows = frame.withColumn(RAW, expr(f"CASE WHEN `{REASON}` IS NOT NULL THEN `{RAW}` END")).toArrow()
         misfit = pc.is_valid(rows.column(REASON))
         quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
         if pc.any(misfit).as_py():
@@ -341,10 +347,9 @@ class Ingestor:
         good = rows.filter(pc.invert(misfit)).select(columns)
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
-        folder = local_folder(table.path or "")
         version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
-                                     tables.checkpoint_later(self.spark, table.path or "")) if folder else None
-        if version is None:
+                                     tables.checkpoint_later(self.spark, table.path or ""))
+        if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
             schema = frame.select(*[f"`{c}`" for c in columns]).schema
             commit = self._save(table, self.spark.createDataFrame(good, schema=schema), "append", None, info)
             version = commit.version if commit else None

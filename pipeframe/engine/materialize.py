@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.compiler.states import BATCH_RELATION
 from pipeframe.engine import tables
-from pipeframe.engine.conflicts import is_conflict, retrying, view_lock
+from pipeframe.engine.conflicts import is_conflict, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -369,8 +369,7 @@ class Materializer:
             try:
                 if path == "join-negate":  # a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added
                     written = tables.write_states(self._states(view, rows, {**pins, name: added}).unionByName(
-                        self._negated(view, rows, {**pins, name: removed})), state, view.path or "",
-                        direct=self.direct_commit, **commit)
+                        self._negated(view, rows, {**pins, name: removed})), state, view.path or "", **commit)
                 else:
                     now = self._states(view, rows, {**pins, name: tables.read_snapshot(
                         self.spark, table.state, table.path, latest)})
@@ -649,7 +648,8 @@ class Materializer:
             partition = (state.partition_key or "").strip().strip("`")
             zkeys = [k for k in state.sorting_key if k.strip("`") != partition]
             zorder = ", ".join(f"`{k}`" for k in zkeys) if state.partition_key and zkeys else ""
-            self.spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
+            with table_lock(path):
+                self.spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
             self._vacuum(path, retention_hours)
             done.append(state.name)
         return done
@@ -666,9 +666,10 @@ class Materializer:
         compacted = self.spark.sql((view.state.compact_sql or "").replace(
             "{table}", f"{quote_path(path)} VERSION AS OF {version}"))
         columns = [f"CAST(`{n}` AS {t}) AS `{n}`" for n, t in view.state.columns]
-        (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
-         .option("userMetadata", _metadata({"view": view.state.name, "op": "compact", "compacted": version}))
-         .save(path))
+        with table_lock(path):
+            (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
+             .option("userMetadata", _metadata({"view": view.state.name, "op": "compact", "compacted": version}))
+             .save(path))
         latest = tables.latest_commit(self.spark, path).version
         commits = tables.commits_between(self.spark, path, version, latest)
         mine = next((c for c in commits if c.metadata.get("op") == "compact" and c.metadata.get("compacted") == version),
@@ -714,7 +715,7 @@ class _SessionMetadata:
 def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:
     """Delete the rows past a table's ENGINE_TTL, tagged as retention so views downstream ignore it."""
     if resource.path and resource.state.ttl:
-        with _SessionMetadata(spark, _metadata({"op": "ttl"})):
+        with table_lock(resource.path), _SessionMetadata(spark, _metadata({"op": "ttl"})):
             spark.sql(f"DELETE FROM {quote_path(resource.path)} WHERE ({resource.state.ttl}) < current_timestamp()")
 
 

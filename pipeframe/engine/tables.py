@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pipeframe.engine import deltalog
-from pipeframe.engine.conflicts import local_folder
+from pipeframe.engine import deltaappend, deltalog
+from pipeframe.engine.conflicts import local_folder, table_lock
 from pipeframe.engine.warehouse import IO
 from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import first_line, quote_path, quote_string
@@ -27,7 +27,7 @@ log = logging.getLogger("pipeframe.tables")
 PARTITION_COLUMN = "__pf_partition"
 # A view increment of at most this many source rows has its states brought to the driver and appended by
 # `deltaappend` (no Spark write job); a larger one is written by Spark's writer.
-DIRECT_ROWS = 1_000_000
+DIRECT_ROWS = 200_000
 _CHECKPOINTING: set[str] = set()  # tables whose checkpoint a thread of `checkpoint_later` is writing
 _CHECKPOINTS_GUARD = threading.Lock()
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -242,19 +242,20 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     `app_id`/`txn_version` (kept everywhere: they make a chunk replayed after a crash a no-op).
 
     With `direct`, an increment of a view in a local folder (no transaction id; `metadata["rows"]`, the source rows
-    it applies, at most DIRECT_ROWS) has its states brought to the driver as Arrow and appended by `deltaappend`:
-    one Spark job instead of a write job and Delta's commit."""
+    it applies, at most DIRECT_ROWS: a bound on its state rows, so not for joins) that `deltaappend` can write has
+    its states brought to the driver as Arrow and appended by it: one Spark job instead of a write job and Delta's
+    commit."""
     info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
                                              metadata)
     typed = frame.selectExpr(*_typed(state))
     folder = local_folder(path)
     if direct and app_id is None and folder is not None and \
-            int((metadata or {}).get("rows", DIRECT_ROWS + 1)) <= DIRECT_ROWS:
-        from pipeframe.engine import deltaappend
-
+            int((metadata or {}).get("rows", DIRECT_ROWS + 1)) <= DIRECT_ROWS and deltaappend.writable(folder):
         rows = typed.toArrow()
         spark = frame.sparkSession
-        if deltaappend.append(folder, rows, json.dumps({"pipeframe": info}), checkpoint_later(spark, path)) is not None:
+        with table_lock(path):
+            version = deltaappend.append(folder, rows, json.dumps({"pipeframe": info}), checkpoint_later(spark, path))
+        if version is not None:
             return True
         typed = spark.createDataFrame(rows, schema=typed.schema)  # Spark's writer, without computing them again
     writer = typed.write.format("delta").mode("append")
@@ -410,7 +411,7 @@ def checkpoint_later(spark: SparkSession, path: str) -> Callable[[int], None] | 
         try:
             checkpoint(spark, path)
         except Exception as exc:  # noqa: BLE001 — the next checkpoint version tries again; readers replay more
-            log.info("could not write a checkpoint of %s: %s", path, first_line(exc))
+            log.warning("could not write a checkpoint of %s: %s", path, first_line(exc))
         finally:
             with _CHECKPOINTS_GUARD:
                 _CHECKPOINTING.discard(path)
@@ -420,7 +421,12 @@ def checkpoint_later(spark: SparkSession, path: str) -> Callable[[int], None] | 
             if path in _CHECKPOINTING:
                 return
             _CHECKPOINTING.add(path)
-        threading.Thread(target=run, daemon=False, name="pipeframe-checkpoint").start()
+        try:
+            threading.Thread(target=run, daemon=False, name="pipeframe-checkpoint").start()
+        except RuntimeError:  # no new thread (the interpreter is shutting down): the next checkpoint version asks
+            with _CHECKPOINTS_GUARD:
+                _CHECKPOINTING.discard(path)
+            raise
 
     return later
 

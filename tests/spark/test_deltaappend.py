@@ -88,10 +88,48 @@ def test_statistics_skip_files_without_changing_answers(spark, table_path):
     stats = [json.loads(a["add"]["stats"]) for a in deltalog.commit_actions(ours, 2) if "add" in a]
     assert stats[0]["numRecords"] == 100 and stats[0]["minValues"]["id"] == 100 and stats[0]["maxValues"]["id"] == 199
     assert "name" not in stats[0]["minValues"], "strings longer than Delta's 32-character prefix have no bounds"
-    # Files are skipped on what the bounds say: one of three files holds ids 150..159.
-    files = spark.sql(f"SELECT input_file_name() AS f FROM delta.`{ours}` WHERE id BETWEEN 150 AND 159") \
-        .distinct().count()
-    assert files == 1
+    assert "point" not in stats[0]["nullCount"], "a struct's null counts are nested in Delta's statistics: none"
+    assert stats[0]["nullCount"]["n"] == sum(1 for r in rows(100, 100) if r[1] is None)
+
+
+def test_files_are_skipped_on_their_bounds(spark, table_path):
+    """Three files of disjoint ids, days and short names: with two of them deleted from disk, a filter that only
+    the third can match still reads (its bounds let Spark skip the others); one the others could match fails."""
+    import pyarrow as pa
+
+    spark.sql(f"CREATE TABLE {quote_path(table_path)} (id BIGINT, day DATE, name STRING) USING DELTA")
+    for batch in range(3):
+        ids = list(range(batch * 100, batch * 100 + 100))
+        deltaappend.append(table_path, pa.table({
+            "id": pa.array(ids, pa.int64()), "day": pa.array([date(2024, batch + 1, 1 + i % 28) for i in ids]),
+            "name": pa.array([f"b{batch}-{i:03d}" for i in ids])}))
+    files = [a["add"]["path"] for v in (1, 2, 3) for a in deltalog.commit_actions(table_path, v) if "add" in a]
+    for name in (files[0], files[2]):
+        os.remove(os.path.join(table_path, name))
+    table = f"delta.`{table_path}`"
+    assert spark.sql(f"SELECT count(*) FROM {table} WHERE id BETWEEN 150 AND 159").first()[0] == 10
+    assert spark.sql(f"SELECT count(*) FROM {table} WHERE day = DATE'2024-02-05'").first()[0] == \
+        sum(1 for i in range(100, 200) if i % 28 == 4)
+    assert spark.sql(f"SELECT count(*) FROM {table} WHERE name = 'b1-150'").first()[0] == 1
+    with pytest.raises(Exception, match="(?i)not.*(exist|found)|FileNotFound|FAILED_READ"):
+        spark.sql(f"SELECT count(*) FROM {table} WHERE id < 10").collect()
+
+
+def test_a_commit_on_a_checkpoint_version_has_delta_write_the_checkpoint(spark, table_path):
+    from pipeframe.engine import tables
+
+    create(spark, table_path)
+    arrow = frame(spark, 0, 3).toArrow()
+    versions = [deltaappend.append(table_path, arrow, None, tables.checkpoint_later(spark, table_path))
+                for _ in range(12)]
+    assert versions == list(range(1, 13)), "the checkpoint version is committed here too"
+    for thread in threading.enumerate():
+        if thread.name == "pipeframe-checkpoint":
+            thread.join()
+    checkpoints = [int(n[:20]) for n in os.listdir(os.path.join(table_path, "_delta_log"))
+                   if n.endswith(".checkpoint.parquet")]
+    assert checkpoints and max(checkpoints) >= 10, "Delta wrote a checkpoint of a version from 10 on"
+    assert spark.read.format("delta").load(table_path).count() == 36
 
 
 def test_sparks_writes_checkpoints_and_rewrites_follow_direct_appends(spark, table_path):
@@ -162,6 +200,7 @@ def test_metadata_change_won_is_checked_again(spark, table_path, monkeypatch):
     ("not null", "NOT NULL"),
     ("row tracking", "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"),
     ("in-commit timestamps", "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')"),
+    ("liquid clustering", "CLUSTER BY (id)"),
     ("other columns", "OTHER"),
 ])
 def test_what_it_must_not_write_is_left_to_spark(spark, table_path, kind, setup):
@@ -228,3 +267,22 @@ def test_group_commits_land_through_pyarrow_unless_told_not_to(spark, spark_conf
         assert (info["engineInfo"] == deltaappend.ENGINE) is direct_commit, view
         assert json.loads(info["userMetadata"])["pipeframe"]["source_version"] == applied, view
         applied = deltalog.latest_version(folder)  # what the cascading view applied
+
+
+def test_a_group_commit_the_table_refuses_meanwhile_lands_through_sparks_writer(spark, spark_config, monkeypatch):
+    """The rows already brought to the driver go to Spark's writer as they are (a race with a schema change, or a
+    checkpoint version on Spark Connect), with the same counts and keys."""
+    from tests.spark.conftest import deployed
+    from tests.spark.test_events import FILES
+
+    project = deployed(spark, spark_config, "direct_refused", FILES)
+    monkeypatch.setattr(deltaappend, "append", lambda *args, **kwargs: None)
+    lines = [{"ts": "2024-05-01 10:00:00", "user": "r", "amount": 2}] * 5 + ["{"]
+    result = project.append("events", lines, idempotency_key="r1")
+    assert (result.accepted, result.quarantined) == (5, 1)
+    path = project.snapshot.table("events").path
+    [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+    assert info["engineInfo"] != deltaappend.ENGINE
+    assert json.loads(info["userMetadata"])["pipeframe"]["keys"] == {"r1": [5, 1]}
+    assert project.query("SELECT orders, revenue FROM by_user WHERE user_id = 'r'").first().asDict() == \
+        {"orders": 5, "revenue": 10.0}
