@@ -43,8 +43,8 @@ _GUARD = threading.Lock()
 
 
 def table_lock(path: str) -> threading.Lock:
-    """The lock this process's pipeframe writes to one datasource table take (`engine.deltaappend` commits without
-    Spark's own per-table lock, so pipeframe's Spark writes to the same table wait for it here)."""
+    """The lock this process's pipeframe writes to one table take (`engine.deltaappend` commits without Spark's own
+    per-table lock, so pipeframe's Spark writes to the same table wait for it here)."""
     folder = local_folder(path)
     key = os.path.realpath(folder) if folder else path  # `file:/x` and `/x` are one table
     with _GUARD:

@@ -19,7 +19,8 @@ change runs the checks again, anything else is retried at the next version (a bl
 change, Delta's own rule). Spark's writer on a local filesystem checks then renames, a window of microseconds in
 which it could replace a commit made here (the same window two Spark processes have between them); within a
 process, `conflicts.table_lock` keeps these commits apart from pipeframe's Spark writes to the same table (ingest,
-DELETE, TTL, OPTIMIZE, compaction, deploy's ALTERs). A crash before the link leaves an unreferenced parquet file, which VACUUM removes.
+DELETE, TTL, OPTIMIZE, compaction, deploy's ALTERs). A crash before the link leaves an unreferenced parquet file,
+which VACUUM removes.
 
 Statistics: numRecords, nullCount of every column but structs, min/max of integer, date and short string columns
 (exact values, as Delta's reader expects them); none for the rest, which only means those files are not skipped by
@@ -111,9 +112,8 @@ def _table(folder: str) -> _Table | None:
     if metadata.get("partitionColumns") or any(k.startswith(UNSAFE_CONFIG) and
                                                str(v).lower() not in ("none", "false") for k, v in config.items()):
         return None
-    writer = protocol.get("minWriterVersion")
-    if not isinstance(writer, int) or writer > 7 or (writer == 7 and not
-                                                      set(protocol.get("writerFeatures") or ()) <= WRITER_FEATURES):
+    writer, features = protocol.get("minWriterVersion"), set(protocol.get("writerFeatures") or ())
+    if not isinstance(writer, int) or writer > 7 or (writer == 7 and not features <= WRITER_FEATURES):
         return None
     try:
         fields = json.loads(metadata.get("schemaString") or "")["fields"]
@@ -122,7 +122,6 @@ def _table(folder: str) -> _Table | None:
         return None
     if interval < 1 or any(str(key).startswith(UNSAFE_FIELD) for key in _field_metadata_keys(fields)):
         return None
-    features = set(protocol.get("writerFeatures") or ())
     return _Table(state.version, {f["name"]: f["type"] for f in fields},
                   frozenset(f["name"] for f in fields if f.get("nullable") is False), interval,
                   "deletionVectors" in features)

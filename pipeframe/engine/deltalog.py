@@ -128,10 +128,13 @@ def transaction_version(folder: str, app_id: str) -> int | None:
     """The version of the newest idempotent write (`txnAppId`/`txnVersion`) recorded for `app_id` in the table's
     current snapshot; None when it has none, or when the log cannot say (no log, a gap in it, a transaction
     retention the snapshot would apply)."""
-    snapshot = _snapshot(folder, want_txn=app_id)
-    if snapshot is None:
+    try:
+        listing = list_log(folder)
+        if listing is None or listing.latest < 0:
+            return None
+        found = _snapshot_actions(folder, listing, want_txn=app_id)
+    except (OSError, Unanswerable):
         return None
-    found = snapshot[1]
     if TXN_RETENTION in found.configuration():
         return None  # expired transactions leave the snapshot: let Delta judge
     return found.txn
@@ -149,24 +152,25 @@ class TableState:
         return _Found(metadata=self.metadata).configuration()
 
 
+# A commit file's metaData and protocol never change; the file's identity guards a table made again in its folder.
+_STATES: dict[tuple[str, int, int, int], TableState] = {}
+
+
 def table_state(folder: str) -> TableState | None:
     """The latest version, metaData and protocol of the table in a local folder; None when the log cannot say
-    exactly (or there is no table)."""
-    snapshot = _snapshot(folder, want_protocol=True)
-    if snapshot is None:
-        return None
-    version, found = snapshot
-    return TableState(version, found.metadata or {}, found.protocol or {})
-
-
-def _snapshot(folder: str, want_txn: str | None = None, want_protocol: bool = False) -> tuple[int, _Found] | None:
-    """(latest version, `_snapshot_actions`) of the table in a local folder; None without a table or an exact
-    answer."""
+    exactly (or there is no table). Kept per version: a writer asks before and while it appends."""
     try:
         listing = list_log(folder)
         if listing is None or listing.latest < 0:
             return None
-        return listing.latest, _snapshot_actions(folder, listing, want_txn, want_protocol)
+        stat = os.stat(_commit_path(folder, listing.latest))
+        key = (folder, listing.latest, stat.st_ino, stat.st_mtime_ns)
+        if key not in _STATES:
+            found = _snapshot_actions(folder, listing, want_protocol=True)
+            if len(_STATES) > 1024:
+                _STATES.clear()
+            _STATES[key] = TableState(listing.latest, found.metadata or {}, found.protocol or {})
+        return _STATES[key]
     except (OSError, Unanswerable):
         return None
 
