@@ -226,6 +226,35 @@ def data_files(folder: str) -> tuple[int, list[str]] | None:
     return latest, list(live)
 
 
+def appended_files(folder: str, versions: list[int]) -> list[str] | None:
+    """The data files the commits `versions` of a local table added, when those commits only appended rows: what its
+    change data feed would read as their inserts, without Spark planning the feed (which replays the log again
+    after every commit another writer made). None when the files alone would not be the rows the commits changed: a
+    commit that removed rows or wrote change data, changed the schema or protocol, an `add` with a deletion vector
+    or partition values, column mapping, a file no longer on disk. Files added without a data change (compaction)
+    are not rows the commits changed."""
+    try:
+        state = table_state(folder)
+        if state is None or state.configuration().get("delta.columnMapping.mode", "none") != "none":
+            return None
+        files = []
+        for version in versions:
+            for action in _actions(_commit_path(folder, version)):
+                if any(kind in action for kind in ("cdc", "metaData", "protocol")):
+                    return None
+                if isinstance(add := action.get("add"), dict):
+                    if add.get("deletionVector") or add.get("partitionValues") or not os.path.exists(
+                            path := _file_path(folder, add.get("path"))):
+                        return None
+                    if add.get("dataChange", True):
+                        files.append(path)
+                elif isinstance(remove := action.get("remove"), dict) and remove.get("dataChange", True):
+                    return None
+        return files
+    except (OSError, Unanswerable):
+        return None
+
+
 def read_rows(folder: str, columns: list[str]) -> tuple[int, list[dict]] | None:
     """(version, every row as {column: value}) of a small, plain table in a local folder, read with pyarrow
     without a Spark job; a column its files lack reads as None. None when `data_files` cannot say, or a file

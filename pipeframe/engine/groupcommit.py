@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.config import IngestSettings
 from pipeframe.engine import tables
-from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines
+from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines, fitting_rows
 from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line
 
@@ -241,7 +241,10 @@ class GroupCommitter:
             for index, request in enumerate(group):
                 lines += request.lines
                 parts += [index] * len(request.lines)
-            batch = Batch(conform_lines(self.spark, lines, definition, parts), "events")
+            fitting = fitting_rows(lines, definition, self.spark.conf.get("spark.sql.session.timeZone")) \
+                if self.settings.direct_commit else None
+            batch = Batch(conform_lines(self.spark, lines, definition, parts) if fitting is None else None, "events",
+                          fitting)
             sizes = [sum(1 for line in r.lines if line.strip()) for r in group]
             version, landed = self.ingestor.commit(table, batch, len(group), [r.key for r in group],
                                                    metadata={"op": "events", "requests": len(group)}, sizes=sizes,

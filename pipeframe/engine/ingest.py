@@ -39,8 +39,9 @@ class Batch:
     """Input rows conformed to a datasource: the declared columns plus, per row, its raw text and the reason
     it does not fit (NULL when it does)."""
 
-    frame: DataFrame
+    frame: DataFrame | None  # None when `fitting` holds the rows
     source: str  # a file name, "stdin" or "dataframe", kept with quarantined rows
+    fitting: pa.Table | None = None  # rows that all fit, already typed by pyarrow (`fitting_rows`): no Spark job
 
 
 @dataclass(frozen=True)
@@ -155,19 +156,19 @@ MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines: `_conf
 def _parsed(lines: list[str], datasource: Datasource) -> pa.Table | None:
     """The declared columns of `lines` parsed by pyarrow's JSON reader, one row per line, as `__pf_value<i>`;
     None whenever that might not be what `_conform_json` reads, so the lines take that path: a column of another
-    type or read from a `json:` path, a line that is not one object (a top-level `null` would even crash the
-    reader), nested more deeply than Spark reads, a key twice, a value of another JSON type than the column's, an
-    integer out of range, NaN or Infinity."""
+    type, read from a `json:` path other than one top-level key (`$.name`) or from a key another column reads, a
+    line that is not one object (a top-level `null` would even crash the reader), nested more deeply than Spark
+    reads, a key twice, a value of another JSON type than the column's, an integer out of range, NaN or Infinity."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
     fields = []
     for column in datasource.columns:
-        kind = _ARROW_READ.get(column.type.upper())
-        if kind is None or not _PLAIN_NAME.fullmatch(column.name) or _json_path(column) != f"$.{column.name}":
-            return None
-        fields.append(pa.field(column.name, getattr(pa, kind)()))
+        kind, key = _ARROW_READ.get(column.type.upper()), _json_path(column).removeprefix("$.")
+        if kind is None or not _PLAIN_NAME.fullmatch(key) or any(f.name == key for f in fields):
+            return None  # another type, a nested path, or a key two columns read
+        fields.append(pa.field(key, getattr(pa, kind)()))
     for line in lines:
         text = line.strip()
         if not (text.startswith("{") and text.endswith("}")) or text.count("{") + text.count("[") > MAX_NESTING:
@@ -186,6 +187,77 @@ def _parsed(lines: list[str], datasource: Datasource) -> pa.Table | None:
         if field.type == pa.float64() and pc.any(pc.invert(pc.is_finite(table[field.name]))).as_py():
             return None  # NaN or Infinity spelled as such (valid for pyarrow, not for Spark)
     return table.select([f.name for f in fields]).rename_columns([f"{VALUE}{i}" for i in range(len(fields))])
+
+
+# Integer columns `fitting_rows` narrows from pyarrow's int64 when every value is in range, as Spark's cast would.
+_NARROW = {"TINYINT": ("int8", 7), "SMALLINT": ("int16", 15), "INT": ("int32", 31)}
+# Dates and times `fitting_rows` reads itself: ISO forms that Spark's cast and pyarrow's read as the same instant.
+# Anything else (other spellings, zone offsets, whitespace, a 7th fractional digit...) is left to Spark's cast.
+_DATE_TEXT = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}$"
+_TIME_TEXT = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?{zone})?$"
+UTC_ZONES = ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
+
+
+def fitting_rows(lines: list[str], datasource: Datasource, time_zone: str) -> pa.Table | None:
+    """Non-blank NDJSON `lines` as the datasource's columns, typed in pyarrow as Spark's conform (`conform_lines`)
+    would type them, when every line certainly fits: a group commit then needs no Spark job at all. None whenever
+    that is not certain, and the lines take Spark's way: lines `_parsed` cannot read, an integer out of its
+    column's range, a date or time in any but the plain ISO forms (or a TIMESTAMP without a zone read in a session
+    time zone other than UTC), a NULL in a column with a DEFAULT or declared NOT NULL, a line with none of the
+    columns. Spark's types as Arrow (`toArrow`): TIMESTAMP in UTC, TIMESTAMP_NTZ without a zone. Equal to what
+    Spark's conform of the same lines lands, row for row (tests/spark/test_ingest_arrow.py)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = [line for line in lines if line.strip()]
+    try:
+        parsed = _parsed(texts, datasource) if texts else None
+    except UnicodeEncodeError:  # a lone surrogate: Spark's way quarantines the line
+        return None
+    if parsed is None:
+        return None
+    columns, all_null = [], None
+    for values, column in zip(parsed.columns, datasource.columns, strict=True):
+        type_ = column.type.upper()
+        if values.null_count and (column.default is not None or not column.nullable):
+            return None
+        if type_ in _NARROW:
+            kind, bits = _NARROW[type_]
+            low, high = pc.min_max(values).as_py().values()
+            if low is not None and not (-(2 ** bits) <= low and high < 2 ** bits):
+                return None
+            values = values.cast(getattr(pa, kind)())
+        elif type_ == "DATE":
+            values = _read_as(values, _DATE_TEXT, pa.date32())
+        elif type_ == "TIMESTAMP":
+            if time_zone not in UTC_ZONES:
+                return None
+            values = _read_as(values, _TIME_TEXT.replace("{zone}", "Z?"), pa.timestamp("us"), strip="Z")
+            values = values.cast(pa.timestamp("us", "UTC")) if values is not None else None
+        elif type_ == "TIMESTAMP_NTZ":
+            values = _read_as(values, _TIME_TEXT.replace("{zone}", ""), pa.timestamp("us"))
+        if values is None:
+            return None
+        columns.append(values)
+        missing = pc.is_null(values)
+        all_null = missing if all_null is None else pc.and_(all_null, missing)
+    if any(column.default is None for column in datasource.columns) and pc.any(all_null).as_py():
+        return None  # a line with none of the columns: Spark's conform quarantines it
+    return pa.table(columns, names=[column.name for column in datasource.columns])
+
+
+def _read_as(values: pa.ChunkedArray, pattern: str, kind: pa.DataType, strip: str = "") -> pa.ChunkedArray | None:
+    """Date or time strings cast by pyarrow when every one matches `pattern` (without the `strip` suffix);
+    None when one does not, or pyarrow cannot read it (a month 13, a 30th of February...)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pc.all(pc.match_substring_regex(values, pattern)).as_py() is False:
+        return None
+    try:
+        return (pc.utf8_rtrim(values, strip) if strip else values).cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def _none_of_the_columns(datasource: Datasource, values: dict[Column, str], is_object: str = "TRUE") -> list[str]:
@@ -331,27 +403,28 @@ class Ingestor:
 
         from pipeframe.engine import tables
 
-        frame = batch.frame
-        # Only a misfit row's raw text is kept (quarantine): the rest need not travel to the driver.
-        rows = frame.withColumn(RAW, expr(f"CASE WHEN `{REASON}` IS NOT NULL THEN `{RAW}` END")).toArrow()
-        misfit = pc.is_valid(rows.column(REASON))
-        quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
-        if pc.any(misfit).as_py():
-            bad = rows.filter(misfit)
-            for part, reason in zip(bad.column(PART).to_pylist(), bad.column(REASON).to_pylist(), strict=True):
-                quarantined[part] += 1
-                if len(reasons[part]) < 3:
-                    reasons[part].append(reason)
-            self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
         columns = [name for name, _ in table.state.columns]
-        good = rows.filter(pc.invert(misfit)).select(columns)
+        quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
+        if batch.fitting is not None:
+            good = batch.fitting.select(columns)
+        else:
+            # Only a misfit row's raw text is kept (quarantine): the rest need not travel to the driver.
+            rows = batch.frame.withColumn(RAW, expr(f"CASE WHEN `{REASON}` IS NOT NULL THEN `{RAW}` END")).toArrow()
+            misfit = pc.is_valid(rows.column(REASON))
+            good = rows.filter(pc.invert(misfit)).select(columns)
+            if pc.any(misfit).as_py():
+                bad = rows.filter(misfit)
+                for part, reason in zip(bad.column(PART).to_pylist(), bad.column(REASON).to_pylist(), strict=True):
+                    quarantined[part] += 1
+                    if len(reasons[part]) < 3:
+                        reasons[part].append(reason)
+                self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
         version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
                                      tables.checkpoint_later(self.spark, table.path or ""))
         if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
-            schema = frame.select(*[f"`{c}`" for c in columns]).schema
-            commit = self._save(table, self.spark.createDataFrame(good, schema=schema), "append", None, info)
+            commit = self._save(table, self.spark.createDataFrame(good, schema=_schema(table)), "append", None, info)
             version = commit.version if commit else None
         return version, [Landed(a, q, tuple(r)) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
 
@@ -360,7 +433,11 @@ class Ingestor:
                       sizes: list[int] | None) -> tuple[int | None, list[Landed]]:
         from pyspark import StorageLevel
 
-        frame = batch.frame.persist(StorageLevel.MEMORY_AND_DISK)
+        frame = batch.frame
+        if frame is None:  # rows that all fit (`fitting_rows`), to a table Spark's writer writes
+            frame = self.spark.createDataFrame(batch.fitting, schema=_schema(table)).selectExpr(
+                "*", f"CAST(NULL AS STRING) AS `{RAW}`", f"CAST(NULL AS STRING) AS `{REASON}`", f"0 AS `{PART}`")
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             bad = frame.where(f"`{REASON}` IS NOT NULL")
             quarantined, reasons = self._misfits(bad, parts)
@@ -437,6 +514,11 @@ class Ingestor:
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
+
+
+def _schema(table: DeployedResource) -> str:
+    """The Spark schema of a table's declared columns, for rows brought from Arrow."""
+    return ", ".join(f"`{name}` {type_}" for name, type_ in table.state.columns)
 
 
 def _commit_metadata(metadata: dict | None, keys: list[str | None], accepted: list[int] | None,

@@ -286,3 +286,28 @@ def test_a_group_commit_the_table_refuses_meanwhile_lands_through_sparks_writer(
     assert json.loads(info["userMetadata"])["pipeframe"]["keys"] == {"r1": [5, 1]}
     assert project.query("SELECT orders, revenue FROM by_user WHERE user_id = 'r'").first().asDict() == \
         {"orders": 5, "revenue": 10.0}
+
+
+def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_config):
+    """Rows typed by pyarrow (`fitting_rows`) are committed without Spark: no job runs between the request and its
+    commit, and the rows read back as sent."""
+    from pipeframe.engine.ingest import Batch, Ingestor, fitting_rows
+    from tests.spark.conftest import deployed
+    from tests.spark.test_events import FILES
+
+    project = deployed(spark, spark_config, "direct_typed", FILES)
+    table, definition = project.landing_target("events")
+    lines = [json.dumps({"ts": f"2024-05-01T10:00:0{i}Z", "user": f"t{i}", "amount": i}) for i in range(5)]
+    fitting = fitting_rows(lines, definition, "UTC")
+    assert fitting is not None
+    tracker = spark.sparkContext.statusTracker()
+    jobs = set(tracker.getJobIdsForGroup())
+    version, [landed] = Ingestor(spark, project.warehouse).commit(table, Batch(None, "events", fitting), 1, ["t"],
+                                                                   sizes=[5], in_memory=True)
+    assert set(tracker.getJobIdsForGroup()) == jobs
+    assert (landed.accepted, landed.quarantined) == (5, 0)
+    [info] = [a["commitInfo"] for a in deltalog.commit_actions(table.path, version) if "commitInfo" in a]
+    assert info["engineInfo"] == deltaappend.ENGINE
+    read = spark.read.format("delta").load(table.path).where("user_id LIKE 't%'")
+    assert sorted((r["user_id"], r["amount"], r["ts"].second) for r in read.collect()) == \
+        [(f"t{i}", i, i) for i in range(5)]

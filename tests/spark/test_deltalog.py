@@ -213,3 +213,48 @@ def test_rows_are_left_to_spark_where_the_files_alone_do_not_give_them(spark, sp
     append(spark, mapped, [(1, "a")])
     assert deltalog.read_rows(mapped, ["id", "v"]) is None  # the files name their columns by physical names
     assert deltalog.read_rows(str(base / "nothing"), ["id"]) is None
+
+
+def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, spark_config):
+    """For every commit of the table (and ranges of them), `appended_files` names files whose rows are exactly the
+    inserts Delta's change data feed gives for those versions, or answers None: never for a commit that only
+    appended, always for one that removed rows or changed the schema."""
+    import pyarrow.parquet as pq
+
+    def feed(first: int, last: int) -> list:
+        frame = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first) \
+            .option("endingVersion", last).load(table)
+        return sorted((r["id"], r["v"], r["_change_type"]) for r in frame.collect())
+
+    latest = local_version(table)
+    refused = set()
+    for first in range(latest + 1):
+        for last in range(first, min(first + 3, latest + 1)):
+            files = deltalog.appended_files(table, list(range(first, last + 1)))
+            changes = feed(first, last)
+            if files is None:
+                refused.add((first, last))
+                continue
+            rows = sorted((r["id"], r["v"], "insert") for f in files for r in pq.read_table(f).to_pylist())
+            assert rows == changes, (first, last)
+    singles = {first for first, last in refused if first == last}
+    # CREATE TABLE and ALTER TABLE change the metadata; the overwrite, DELETE, UPDATE and MERGE remove rows.
+    assert singles == {0, 3, 4, 5, 6, 8}
+    assert all(any(first <= v <= last for v in singles) for first, last in refused)
+
+    base = Path(spark_config.warehouse_uri) / "tests" / "deltalog_refused_files"
+    shutil.rmtree(base, ignore_errors=True)
+    mapped = ("TBLPROPERTIES ('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', "
+              "'delta.minWriterVersion' = '5')")
+    for name, setup in [("partitioned", "PARTITIONED BY (v)"), ("mapped", mapped)]:
+        path = str(base / name)
+        spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA {setup}")
+        append(spark, path, [(1, "a")])
+        assert deltalog.appended_files(path, [1]) is None, name
+    path = str(base / "gone")
+    append(spark, path, [(1, "a")])
+    append(spark, path, [(2, "b")])
+    assert len(deltalog.appended_files(path, [1])) == 1
+    for file in deltalog.appended_files(path, [1]):
+        os.remove(file)  # vacuumed away: the change feed's own error says so
+    assert deltalog.appended_files(path, [1]) is None

@@ -15,8 +15,8 @@ from pipeframe.engine import ingest
 from pipeframe.engine.ingest import conform_lines
 from tests.spark.test_ingest_fuzz import datasource
 
-DS = datasource(["`s` String", "`i` Int64", "`n` Int32", "`small` UInt8 DEFAULT 3", "`d` Float64", "`b` Bool",
-                 "`t` DateTime", "`day` Date"])
+DS = datasource(["`s` String", "`i` Int64", "`n` Int32", "`small` UInt8 DEFAULT 3", "`d` Float64",
+                 "`b` Bool `json:$.flag`", "`t` DateTime", "`day` Date"])
 
 # Per column: values of its own JSON type (which pyarrow reads), and values of other types or ranges.
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -27,7 +27,7 @@ VALUES = {
     "small": (st.integers(-300, 70_000) | st.none(), TEXT),
     "d": (st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2 ** 63), 2 ** 63 - 1)
           | st.sampled_from([5e-324, 1.7976931348623157e308, -0.0, 0.1]), TEXT | st.integers(2 ** 64, 2 ** 80)),
-    "b": (st.booleans() | st.none(), st.sampled_from(["true", 0])),
+    "flag": (st.booleans() | st.none(), st.sampled_from(["true", 0])),
     "t": (st.sampled_from(["2024-05-16 18:00:00", "2024-05-16T18:00:00Z", "2024-02-30 00:00:00", "yesterday", "",
                            "2024-05-16 18:00:00.123456", None]), st.integers()),
     "day": (st.sampled_from(["2024-05-16", "2024-5-6", "16/05/2024", None]), st.floats()),
@@ -88,9 +88,83 @@ def test_what_the_fast_path_leaves_to_spark():
     plain = '{"s": "a", "i": 1, "d": 1.5, "t": "2024-05-16 18:00:00"}'
     assert ingest._parsed([plain, plain], DS) is not None
     for odd in ["null", "[1]", '{"s": 1}', '{"i": 1.0}', '{"d": NaN}', '{"d": Infinity}', '{"d": 1e400}',
-                '{"s": "a", "s": "b"}', plain + " " + plain, '{"b": "true"}', '{"i": 99999999999999999999}',
+                '{"s": "a", "s": "b"}', plain + " " + plain, '{"flag": "true"}', '{"i": 99999999999999999999}',
                 '{"x": ' + "[" * 1001 + "]" * 1001 + "}"]:
         assert ingest._parsed([plain, odd], DS) is None, odd
     # Types pyarrow would read differently from Spark, and columns read from a JSON path.
-    for columns in (["`f` Float32"], ["`x` Decimal(10, 2)"], ["`a` Array(String)"], ["`s` String `json:$.a.s`"]):
+    for columns in (["`f` Float32"], ["`x` Decimal(10, 2)"], ["`a` Array(String)"], ["`s` String `json:$.a.s`"],
+                    ["`s` String `json:$.x`", "`t` String `json:$.x`"]):
         assert ingest._parsed(['{"f": 1, "x": 1, "a": [], "s": "y"}'], datasource(columns)) is None, columns
+
+
+# ------------------------------------------------------------------------------------ rows typed by pyarrow
+TYPED = datasource(["`s` String `json:$.str`", "`i` Int64", "`n` Int32", "`small` Int16", "`tiny` Int8", "`d` Float64",
+                    "`b` Bool", "`t` DateTime", "`day` Date", "`ntz` timestamp_ntz"])
+
+
+@st.composite
+def time_text(draw) -> str:
+    """Dates and times in the plain ISO forms, and (one part in twelve) just outside them: a month 13, a 30th of
+    February, a 7th fractional digit, a zone offset, a lowercase `t`, spaces..."""
+    def part(plain: list[str], odd: list[str]) -> str:
+        return draw(st.sampled_from(odd if draw(st.integers(0, 11)) == 0 else plain))
+
+    text = "-".join((part(["2024", "1970", "9999", "1000"], ["0999", "0000", "24"]), part(["01", "02", "12"],
+                     ["13", "00", "1"]), part(["01", "28", "29", "31"], ["30", "32", "7"])))
+    if draw(st.booleans()):
+        text += part(["T", " "], ["t"]) + ":".join((part(["00", "09", "23"], ["24", "7"]), part(["00", "59"], ["60"]),
+                                                     part(["00", "59"], ["60"])))
+        text += part(["", ".5", ".123456"], [".1234567", "."]) + part(["", "Z"], ["z", "+02:00", "-05:30", " UTC"])
+    return part([""], [" ", "\t"]) + text + part([""], [" "])
+
+
+TYPED_VALUES = {
+    "str": TEXT | st.none(), "i": st.integers(-(2 ** 63), 2 ** 63 - 1) | st.none(),
+    "n": st.integers(-(2 ** 31) - 1, 2 ** 31) | st.none(),  # one past either end of the range, now and then
+    "small": st.integers(-(2 ** 15) - 1, 2 ** 15) | st.none(), "tiny": st.integers(-129, 128) | st.none(),
+    "d": st.floats(allow_nan=False, allow_infinity=False) | st.none(), "b": st.booleans() | st.none(),
+    "t": time_text() | st.none(), "day": time_text() | st.none(), "ntz": time_text() | st.none(),
+}
+
+
+@st.composite
+def typed_line(draw) -> str:
+    keys = draw(st.lists(st.sampled_from(list(TYPED_VALUES)), min_size=1, max_size=len(TYPED_VALUES), unique=True))
+    return json.dumps({key: draw(TYPED_VALUES[key]) for key in keys})
+
+
+def test_rows_typed_by_pyarrow_equal_sparks_conform_of_them(spark):
+    """`fitting_rows` (a group commit's way without a Spark job) answers rows only when Spark's conform of the same
+    lines finds no misfit, and then the same values of the same Arrow types."""
+    taken = {"typed": 0, "spark": 0}
+
+    @settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(lines=st.lists(typed_line(), min_size=1, max_size=5))
+    def check(lines: list[str]) -> None:
+        typed = ingest.fitting_rows(lines, TYPED, "UTC")
+        if typed is None:
+            taken["spark"] += 1
+            return
+        taken["typed"] += 1
+        conformed = conform_lines(spark, lines, TYPED)
+        assert conformed.where(f"`{ingest.REASON}` IS NOT NULL").count() == 0, lines
+        columns = [c.name for c in TYPED.columns]
+        sparks = conformed.select(*columns)
+        assert [f.type for f in typed.schema] == [f.type for f in sparks.toArrow().schema]
+        assert rows(spark.createDataFrame(typed, schema=sparks.schema)) == rows(sparks), lines
+
+    check()
+    # Both ways are taken: plain ISO times and in-range integers are typed by pyarrow, the rest by Spark.
+    assert taken["typed"] >= 15 and taken["spark"] >= 15, taken
+
+
+def test_what_pyarrow_does_not_type():
+    plain = {"str": "a", "i": 1, "n": 2, "small": 3, "tiny": 4, "d": 0.5, "b": True, "t": "2024-05-16T18:00:00.5Z",
+             "day": "2024-05-16", "ntz": "2024-05-16 18:00:00"}
+    assert ingest.fitting_rows([json.dumps(plain), "", json.dumps({"str": "b"})], TYPED, "UTC").num_rows == 2
+    for change in ({"tiny": 128}, {"n": 2 ** 31}, {"t": "2024-05-16T18:00:00+02:00"}, {"t": "2024-05-16 18:00"},
+                   {"day": "2024-5-16"}, {"day": "2024-02-30"}, {"ntz": "2024-05-16T18:00:00Z"}, {"str": 1}):
+        assert ingest.fitting_rows([json.dumps(plain), json.dumps({**plain, **change})], TYPED, "UTC") is None, change
+    assert ingest.fitting_rows([json.dumps(plain), "{}"], TYPED, "UTC") is None  # none of the columns: quarantined
+    assert ingest.fitting_rows([json.dumps(plain)], TYPED, "Europe/Madrid") is None  # TIMESTAMP read in another zone
+    assert ingest.fitting_rows([json.dumps({"s": "a"})], DS, "UTC") is None  # `small` has a DEFAULT: Spark fills it
