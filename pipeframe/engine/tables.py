@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeframe.tables")
 PARTITION_COLUMN = "__pf_partition"
+_GLOB = re.compile(r"[{}\[\]*?\\%]")  # characters Hadoop reads as a glob pattern (or an escape) in a path
 # A view increment of at most this many source rows has its states brought to the driver and appended by
 # `deltaappend` (no Spark write job); a larger one is written by Spark's writer. An aggregating view's states are
 # at most one row per group the increment touches, usually far fewer than its rows: a higher bound keeps a view
@@ -202,12 +203,12 @@ def read_changes(spark: SparkSession, source: ResourceState, path: str, commits:
     commits = list(commits)
     folder = local_folder(path)
     files = deltalog.appended_files(folder, [c.version for c in commits if not c.neutral]) if folder else None
-    if files is None:
+    if files is None or any(_GLOB.search(file) for file in files):  # Spark's file reader would expand a pattern
         return read_change_rows(spark, source, path, commits)[0]
     schema = ", ".join(f"`{name}` {type_}" for name, type_ in source.columns)
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
+    return spark.read.schema(schema).parquet(*[f"file://{file}" for file in files])  # not the cluster's fs
 
 
 def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
@@ -257,9 +258,8 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
 
     With `direct`, an increment of a view in a local folder (no transaction id; `metadata["rows"]`, the source rows
     it applies, at most DIRECT_ROWS, or DIRECT_ROWS_AGGREGATED with GROUP BY: a bound on its state rows, so not
-    for joins) that `deltaappend` can write has
-    its states brought to the driver as Arrow and appended by it: one Spark job instead of a write job and Delta's
-    commit."""
+    for joins) that `deltaappend` can write has its states brought to the driver as Arrow and appended by it: one
+    Spark job instead of a write job and Delta's commit. States the driver cannot take go to Spark's writer."""
     info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
                                              metadata)
     typed = frame.selectExpr(*_typed(state))
@@ -267,13 +267,18 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     bound = DIRECT_ROWS_AGGREGATED if state.aggregated else DIRECT_ROWS
     if direct and app_id is None and folder is not None and \
             int((metadata or {}).get("rows", bound + 1)) <= bound and deltaappend.writable(folder):
-        rows = typed.toArrow()
         spark = frame.sparkSession
-        with table_lock(path):
-            version = deltaappend.append(folder, rows, json.dumps({"pipeframe": info}), checkpoint_later(spark, path))
-        if version is not None:
-            return True
-        typed = spark.createDataFrame(rows, schema=typed.schema)  # Spark's writer, without computing them again
+        try:
+            rows = typed.toArrow()
+        except Exception as exc:  # noqa: BLE001 — more states than the driver takes (maxResultSize): Spark writes
+            log.info("states of %s not brought to the driver (%s): written by Spark", path, first_line(exc))
+        else:
+            with table_lock(path):
+                version = deltaappend.append(folder, rows, json.dumps({"pipeframe": info}),
+                                             checkpoint_later(spark, path))
+            if version is not None:
+                return True
+            typed = spark.createDataFrame(rows, schema=typed.schema)  # Spark's writer, without computing them again
     writer = typed.write.format("delta").mode("append")
     if app_id is not None and txn_version is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine import deltalog, tables
 from pipeframe.engine.warehouse import IO, local_version
+from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import quote_path
+
+SOURCE = ResourceState(ResourceKey.datasource("t"), "t", "datasource", columns=(("id", "INT"), ("v", "STRING")))
 
 
 def spark_history(monkeypatch: pytest.MonkeyPatch, spark, path: str, limit: int | None) -> list[tables.Commit]:
@@ -217,8 +221,9 @@ def test_rows_are_left_to_spark_where_the_files_alone_do_not_give_them(spark, sp
 
 def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, spark_config):
     """For every commit of the table (and ranges of them), `appended_files` names files whose rows are exactly the
-    inserts Delta's change data feed gives for those versions, or answers None: never for a commit that only
-    appended, always for one that removed rows or changed the schema."""
+    inserts Delta's change data feed gives for those versions (also as `tables.read_changes` reads them with Spark),
+    or answers None: never for a commit that only appended, always for one that removed rows or changed the
+    schema."""
     import pyarrow.parquet as pq
 
     def feed(first: int, last: int) -> list:
@@ -237,6 +242,10 @@ def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, 
                 continue
             rows = sorted((r["id"], r["v"], "insert") for f in files for r in pq.read_table(f).to_pylist())
             assert rows == changes, (first, last)
+            commits = tables.commits_between(spark, table, first - 1, last)
+            if not any(c.neutral for c in commits):  # what a view reads: Spark's read of the files
+                read = tables.read_changes(spark, SOURCE, table, commits)
+                assert sorted((r["id"], r["v"], "insert") for r in read.collect()) == changes, (first, last)
     singles = {first for first, last in refused if first == last}
     # CREATE TABLE and ALTER TABLE change the metadata; the overwrite, DELETE, UPDATE and MERGE remove rows.
     assert singles == {0, 3, 4, 5, 6, 8}
@@ -251,6 +260,14 @@ def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, 
         spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA {setup}")
         append(spark, path, [(1, "a")])
         assert deltalog.appended_files(path, [1]) is None, name
+    globbed = str(base / "odd[1] {a,b}")  # a path Spark's file reader would take as a pattern: the change feed
+    spark.sql(f"CREATE TABLE {quote_path(globbed)} (id INT, v STRING) USING DELTA "
+              "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    append(spark, globbed, [(1, "a")])
+    append(spark, globbed, [(2, "b")])
+    assert deltalog.appended_files(globbed, [2]) is not None
+    read = tables.read_changes(spark, SOURCE, globbed, tables.commits_between(spark, globbed, 1, 2))
+    assert [(r["id"], r["v"]) for r in read.collect()] == [(2, "b")]
     path = str(base / "gone")
     append(spark, path, [(1, "a")])
     append(spark, path, [(2, "b")])

@@ -16,7 +16,7 @@ from pipeframe.engine.ingest import conform_lines
 from tests.spark.test_ingest_fuzz import datasource
 
 DS = datasource(["`s` String", "`i` Int64", "`n` Int32", "`small` UInt8 DEFAULT 3", "`d` Float64",
-                 "`b` Bool `json:$.flag`", "`t` DateTime", "`day` Date"])
+                 "`b` Bool `json:$.flag`", "`t` DateTime", "`day` Date `json:$.when`", "`who` String `json:$.user`"])
 
 # Per column: values of its own JSON type (which pyarrow reads), and values of other types or ranges.
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -30,7 +30,8 @@ VALUES = {
     "flag": (st.booleans() | st.none(), st.sampled_from(["true", 0])),
     "t": (st.sampled_from(["2024-05-16 18:00:00", "2024-05-16T18:00:00Z", "2024-02-30 00:00:00", "yesterday", "",
                            "2024-05-16 18:00:00.123456", None]), st.integers()),
-    "day": (st.sampled_from(["2024-05-16", "2024-5-6", "16/05/2024", None]), st.floats()),
+    "when": (st.sampled_from(["2024-05-16", "2024-5-6", "16/05/2024", None]), st.floats()),
+    "user": (TEXT | st.none(), st.integers() | st.booleans()),
 }
 # Number spellings written into the line as they are (json.dumps would normalize them).
 NUMBER_TEXTS = st.sampled_from(["1e2", "1E+2", "-0", "-0.0", "0.5", "1.5e7", "12345678901234567890", "1e400", "NaN",
