@@ -424,7 +424,7 @@ class Ingestor:
         version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
                                      tables.checkpoint_later(self.spark, table.path or ""))
         if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
-            commit = self._save(table, self.spark.createDataFrame(good, schema=_schema(table)), "append", None, info)
+            commit = self._save(table, self.spark.createDataFrame(good, schema=table.state.schema), "append", None, info)
             version = commit.version if commit else None
         return version, [Landed(a, q, tuple(r)) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
 
@@ -435,7 +435,7 @@ class Ingestor:
 
         frame = batch.frame
         if frame is None:  # rows that all fit (`fitting_rows`), to a table Spark's writer writes
-            frame = self.spark.createDataFrame(batch.fitting, schema=_schema(table)).selectExpr(
+            frame = self.spark.createDataFrame(batch.fitting, schema=table.state.schema).selectExpr(
                 "*", f"CAST(NULL AS STRING) AS `{RAW}`", f"CAST(NULL AS STRING) AS `{REASON}`", f"0 AS `{PART}`")
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -514,11 +514,6 @@ class Ingestor:
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
-
-
-def _schema(table: DeployedResource) -> str:
-    """The Spark schema of a table's declared columns, for rows brought from Arrow."""
-    return ", ".join(f"`{name}` {type_}" for name, type_ in table.state.columns)
 
 
 def _commit_metadata(metadata: dict | None, keys: list[str | None], accepted: list[int] | None,

@@ -377,7 +377,7 @@ class Materializer:
                         touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
                     else:  # an outer join, or a subquery over the table: the groups whose states differ
                         before = tables.read_snapshot(self.spark, table.state, table.path, start) if start >= 0 \
-                            else self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in table.state.columns))
+                            else self.spark.createDataFrame([], table.state.schema)
                         old = self._states(view, rows, {**pins, name: before})
                         touched = old.exceptAll(now).unionByName(now.exceptAll(old))
                     touched = touched.select(*[f"`{k}`" for k in keys])
@@ -612,7 +612,7 @@ class Materializer:
             self.on_progress(BackfillProgress.from_run(view.state.name, run))
         # A resumed run whose watermark is committed already (and maybe more after it) must not set it back.
         if run["mode"] == "rebuilding" and tables.read_watermark(self.spark, target.path or "").source_version is None:
-            empty = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in target.state.columns))
+            empty = self.spark.createDataFrame([], target.state.schema)
             tables.write_states(empty, target.state, target.path or "", source_version=pinned,
                                 source_path=source.path,
                                 metadata={"backfill": "full", **({"joined": run["joined"]} if run.get("joined") else {})})
@@ -625,7 +625,7 @@ class Materializer:
         source = self._source_of(view)
         pinned = tables.latest_commit(self.spark, source.path or "").version
         if view.state.backfill == "skip":
-            batch = self.spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.state.columns))
+            batch = self.spark.createDataFrame([], source.state.schema)
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
         self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,

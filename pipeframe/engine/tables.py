@@ -205,10 +205,9 @@ def read_changes(spark: SparkSession, source: ResourceState, path: str, commits:
     files = deltalog.appended_files(folder, [c.version for c in commits if not c.neutral]) if folder else None
     if files is None or any(_GLOB.search(file) for file in files):  # Spark's file reader would expand a pattern
         return read_change_rows(spark, source, path, commits)[0]
-    schema = ", ".join(f"`{name}` {type_}" for name, type_ in source.columns)
     if not files:
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*[f"file://{file}" for file in files])  # not the cluster's fs
+        return spark.createDataFrame([], source.schema)
+    return spark.read.schema(source.schema).parquet(*[f"file://{file}" for file in files])  # not the cluster's fs
 
 
 def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
@@ -220,7 +219,7 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
     columns = [f"`{name}`" for name, _ in source.columns]
 
     def empty() -> DataFrame:
-        return spark.createDataFrame([], ", ".join(f"`{n}` {t}" for n, t in source.columns))
+        return spark.createDataFrame([], source.schema)
 
     if not wanted:
         return empty(), empty()

@@ -59,6 +59,11 @@ class ResourceState:
         return self.kind in ("datasource", "view")
 
     @property
+    def schema(self) -> str:
+        """The table's columns as a Spark DDL schema (`name` TYPE, ...), for empty frames and rows read as files."""
+        return ", ".join(f"`{name}` {type_}" for name, type_ in self.columns)
+
+    @property
     def aggregated(self) -> bool:
         """A view whose rows are states merged per key (not one row per source row)."""
         return self.kind == "view" and self.read_sql != PLAIN_READ.format(relation="{table}")
