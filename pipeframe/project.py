@@ -475,7 +475,8 @@ class Project:
             batch = read_file(self.spark, path, detect_format(path, format), definition)
         else:
             batch = conform_data(self.spark, data, definition)
-        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where, metadata, key)
+        result = Ingestor(self.spark, self.warehouse).write(table, batch, mode, where, metadata, key,
+                                                            direct=self.config.ingest.direct_commit)
         return self._apply_views(name, result, on_step, views, full=mode == "overwrite" and where is None)
 
     def _landing(self, materializer: Materializer, name: str):

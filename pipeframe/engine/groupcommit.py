@@ -248,7 +248,7 @@ class GroupCommitter:
             sizes = [sum(1 for line in r.lines if line.strip()) for r in group]
             version, landed = self.ingestor.commit(table, batch, len(group), [r.key for r in group],
                                                    metadata={"op": "events", "requests": len(group)}, sizes=sizes,
-                                                   in_memory=self.settings.direct_commit)
+                                                   direct=self.settings.direct_commit)
         except Exception as exc:  # noqa: BLE001 — every request of the group fails with it; none landed
             queue.committed = time.monotonic()
             with queue.cond:

@@ -4,6 +4,7 @@ appended (or replace rows); rows that do not go to `<datasource>_quarantine` wit
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ FORMATS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".json": "ndjson", ".csv": "
 QUARANTINE_SCHEMA = "raw STRING, reason STRING, source STRING, ingested_at TIMESTAMP"
 RAW, REASON, UTF8, VALUE = "__pf_raw", "__pf_reason", "__pf_utf8", "__pf_value"
 PART = "__pf_part"  # which request of a group commit a row came from (0 for a single write)
+# A frame appended by way of the driver (`Ingestor.commit`) at most this big, as Spark's optimizer estimates it.
+DIRECT_BYTES = 64 * 1024 * 1024
 MISFITS_COLLECTED = 10_000  # misfit rows of one commit brought to the driver to count them; more are aggregated
 # A JSON line as tokens: a whole string (an escaped character never ends it) or a run of anything else.
 JSON_TOKENS = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[^"]++'
@@ -32,6 +35,8 @@ JSON_NUMBER = r"-?[0-9][0-9.eE+-]*+"  # outside strings, only numbers hold digit
 BOM = r"^\x{FEFF}"  # a UTF-8 byte order mark starting a line
 INFINITY = r"(?i)^\s*[+-]?inf(inity)?\s*$"  # how Spark spells an infinity it reads as one
 COMPLEX = ("ARRAY<", "MAP<", "STRUCT<")
+
+log = logging.getLogger("pipeframe.ingest")
 
 
 @dataclass(frozen=True)
@@ -369,47 +374,64 @@ class Ingestor:
         self.warehouse = warehouse
 
     def write(self, table: DeployedResource, batch: Batch, mode: str = "append",
-              where: str | None = None, metadata: dict | None = None, key: str | None = None) -> IngestResult:
+              where: str | None = None, metadata: dict | None = None, key: str | None = None,
+              direct: bool = True) -> IngestResult:
         """Quarantine the rows that do not fit, then commit the rest to the datasource (append, or overwrite
-        all rows / the rows matching `where`). `key`: an idempotency key recorded with the commit."""
-        version, [landed] = self.commit(table, batch, 1, [key], mode, where, metadata)
+        all rows / the rows matching `where`). `key`: an idempotency key recorded with the commit; `direct`: as
+        `commit`'s."""
+        version, [landed] = self.commit(table, batch, 1, [key], mode, where, metadata, direct=direct)
         return IngestResult(table.state.name, landed.accepted, landed.quarantined, version, landed.reasons)
 
     def commit(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None],
                mode: str = "append", where: str | None = None, metadata: dict | None = None,
-               sizes: list[int] | None = None, in_memory: bool = False) -> tuple[int | None, list[Landed]]:
+               sizes: list[int] | None = None, direct: bool = True) -> tuple[int | None, list[Landed]]:
         """Land a batch whose rows belong to `parts` requests (`__pf_part`; `sizes`: each request's rows) in one
         commit of the datasource: what each request landed, and the commit's version. Quarantine is written first:
         a crash in between loses nothing. The idempotency `keys` of the requests are kept in the commit's
         userMetadata with their counts, so a retried request is answered from there (`committed_keys`).
 
-        `in_memory` (a group commit's rows, bounded by its flush settings), to a local table `deltaappend` can
-        write: the batch is brought to the driver as Arrow in one job, split there, and appended by `deltaappend`
-        without a Spark write job. Otherwise the batch is evaluated once (persisted): one job finds the misfit rows
-        (without a shuffle while they are few), the writes read the cache, and the accepted rows are counted by the
-        commit."""
+        An append to a local table `deltaappend` can write (unless `direct` is False: the `ingest.direct_commit`
+        setting) of rows held in memory (`sizes` known: a group commit's, bounded by its flush settings) or of a
+        frame Spark's optimizer estimates at most DIRECT_BYTES: the batch is brought to the driver as Arrow in one
+        job, split there, and appended by `deltaappend` without a Spark write job. Otherwise the batch is evaluated
+        once (persisted): one job finds the misfit rows (without a shuffle while they are few), the writes read the
+        cache, and the accepted rows are counted by the commit."""
         self.warehouse.require_safe_writers()
         folder = local_folder(table.path or "")
         with table_lock(table.path or ""):
-            if in_memory and mode == "append" and where is None and sizes is not None and folder is not None and \
-                    deltaappend.writable(folder):
-                return self._commit_arrow(table, batch, folder, keys, metadata, sizes)
+            if direct and mode == "append" and where is None and folder is not None and \
+                    deltaappend.writable(folder) and (sizes is not None or _fits_driver(batch.frame)):
+                landed = self._commit_arrow(table, batch, folder, keys, metadata, sizes)
+                if landed is not None:
+                    return landed
             return self._commit_frame(table, batch, parts, keys, mode, where, metadata, sizes)
 
     def _commit_arrow(self, table: DeployedResource, batch: Batch, folder: str, keys: list[str | None],
-                      metadata: dict | None, sizes: list[int]) -> tuple[int | None, list[Landed]]:
+                      metadata: dict | None, sizes: list[int] | None) -> tuple[int | None, list[Landed]] | None:
+        """`commit` by way of the driver (see there); None when the frame's rows did not reach it (more than
+        `spark.driver.maxResultSize`): nothing is written then."""
         import pyarrow.compute as pc
         from pyspark.sql.functions import expr
 
         from pipeframe.engine import tables
 
         columns = [name for name, _ in table.state.columns]
-        quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
         if batch.fitting is not None:
             good = batch.fitting.select(columns)
+            quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
         else:
             # Only a misfit row's raw text is kept (quarantine): the rest need not travel to the driver.
-            rows = batch.frame.withColumn(RAW, expr(f"CASE WHEN `{REASON}` IS NOT NULL THEN `{RAW}` END")).toArrow()
+            try:
+                rows = batch.frame.withColumn(RAW, expr(f"CASE WHEN `{REASON}` IS NOT NULL THEN `{RAW}` END")) \
+                    .toArrow()
+            except Exception as exc:  # the estimate was wrong: Spark's writer takes the batch
+                if sizes is not None:
+                    raise
+                log.info("rows for %s not brought to the driver (%s): written by Spark", table.path,
+                         first_line(exc))
+                return None
+            sizes = sizes or [rows.num_rows]
+            quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
             misfit = pc.is_valid(rows.column(REASON))
             good = rows.filter(pc.invert(misfit)).select(columns)
             if pc.any(misfit).as_py():
@@ -514,6 +536,16 @@ class Ingestor:
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
+
+
+def _fits_driver(frame: DataFrame | None) -> bool:
+    """Whether Spark's optimizer estimates `frame` at most DIRECT_BYTES (no job runs; sizes are estimated from the
+    files read, or the rows of a local relation). False when it cannot say (Spark Connect)."""
+    try:
+        estimate = frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()  # type: ignore[union-attr]
+        return int(str(estimate)) <= DIRECT_BYTES
+    except Exception:  # noqa: BLE001 — Spark Connect has no JVM plan in this process
+        return False
 
 
 def _commit_metadata(metadata: dict | None, keys: list[str | None], accepted: list[int] | None,

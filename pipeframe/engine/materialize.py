@@ -454,14 +454,15 @@ class Materializer:
             return self._recent[path]
 
     def _changes(self, source: DeployedResource, commits: list[tables.Commit]) -> DataFrame:
-        """The rows `commits` added to `source`; cached for the refresh when other views read them too."""
+        """The rows `commits` added to `source`; read once for the refresh when other views read them too."""
         key = (source.path or "", commits[0].version, commits[-1].version)
         with self._cache_lock:
             if key in self._batches:
                 return self._batches[key]
-            batch = tables.read_changes(self.spark, source.state, source.path or "", commits)
-            if self._readers[source.state.name] > 1:
-                self._batches[key] = batch = batch.persist()
+            shared = self._readers[source.state.name] > 1
+            batch = tables.read_changes(self.spark, source.state, source.path or "", commits, persist=shared)
+            if shared:
+                self._batches[key] = batch
             return batch
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None = None,

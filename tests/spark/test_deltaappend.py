@@ -303,7 +303,7 @@ def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_conf
     tracker = spark.sparkContext.statusTracker()
     jobs = set(tracker.getJobIdsForGroup())
     version, [landed] = Ingestor(spark, project.warehouse).commit(table, Batch(None, "events", fitting), 1, ["t"],
-                                                                   sizes=[5], in_memory=True)
+                                                                   sizes=[5])
     assert set(tracker.getJobIdsForGroup()) == jobs
     assert (landed.accepted, landed.quarantined) == (5, 0)
     [info] = [a["commitInfo"] for a in deltalog.commit_actions(table.path, version) if "commitInfo" in a]
@@ -311,3 +311,38 @@ def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_conf
     read = spark.read.format("delta").load(table.path).where("user_id LIKE 't%'")
     assert sorted((r["user_id"], r["amount"], r["ts"].second) for r in read.collect()) == \
         [(f"t{i}", i, i) for i in range(5)]
+
+
+@pytest.mark.parametrize("bound", ["estimated small", "too big to estimate small"])
+def test_a_dataframe_append_goes_through_the_driver_while_spark_estimates_it_small(spark, spark_config, monkeypatch,
+                                                                                    bound):
+    """`Project.append` of a Spark DataFrame Spark's optimizer estimates at most `ingest.DIRECT_BYTES`: its rows are
+    conformed in one job and appended by pyarrow; a bigger one goes to Spark's writer. Both land the same rows,
+    quarantine the same misfits first, keep the idempotency key with its counts, and feed the views."""
+    from pipeframe.engine import ingest
+    from tests.spark.conftest import deployed
+    from tests.spark.test_events import FILES
+
+    small = bound == "estimated small"
+    if not small:
+        monkeypatch.setattr(ingest, "DIRECT_BYTES", 0)
+    project = deployed(spark, spark_config, f"frame_{small}", FILES)
+    # Built by Spark (a range), so its optimizer knows its size (a frame made from Python rows it does not).
+    data = spark.range(40).selectExpr("concat('2024-05-01 10:00:0', id % 10) AS ts", "concat('d', id % 4) AS user_id",
+                                      "CASE WHEN id % 9 = 0 THEN 'nine' ELSE CAST(id AS STRING) END AS amount")
+    result = project.append("events", data, idempotency_key="frame")
+    assert (result.accepted, result.quarantined) == (35, 5)
+    assert "cannot read \"nine\"" in result.reasons[0]
+    path = project.snapshot.table("events").path
+    [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+    assert (info["engineInfo"] == deltaappend.ENGINE) is small
+    assert json.loads(info["userMetadata"])["pipeframe"]["keys"] == {"frame": [35, 5]}
+    assert project.append("events", data, idempotency_key="frame").replayed
+    quarantine = spark.read.format("delta").load(project.warehouse.quarantine_path("events"))
+    assert sorted(json.loads(r["raw"])["amount"] for r in quarantine.collect()) == ["nine"] * 5
+    landed = spark.read.format("delta").load(path)
+    assert sorted((r["user_id"], r["amount"], r["ts"].second) for r in landed.collect()) == \
+        sorted((f"d{i % 4}", float(i), i % 10) for i in range(40) if i % 9)
+    view = {r["user_id"]: (r["orders"], r["revenue"]) for r in project.query("SELECT * FROM by_user").collect()}
+    assert view == {f"d{u}": (sum(1 for i in range(40) if i % 4 == u and i % 9),
+                              float(sum(i for i in range(40) if i % 4 == u and i % 9))) for u in range(4)}
