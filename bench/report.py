@@ -524,8 +524,23 @@ def render(results: dict) -> str:
 
 
 def write(results: dict, page: Path) -> None:
+    """The whole page and its charts: this module's sections, then those the other benchmarks render themselves
+    (ingestion, the warm local engine, deletes and updates), each from its key of `results`."""
+    import ingest_bench  # these import this module
+    import local_bench
+    import retract_bench
+
     charts(results, page.parent / "img")
-    page.write_text(render(results))
+    text = render(results)
+    if "ingest" in results:
+        text = insert_section(text, ingest_bench.SECTION,
+                              ingest_bench.section(results["ingest"]).rstrip("\n").splitlines(), ingest_bench.BEFORE)
+    if "retract" in results:
+        text = insert_section(text, retract_bench.SECTION, retract_bench.section(results["retract"]))
+    if "local" in results:
+        text = insert_section(text, local_bench.SECTION, local_bench.section(results["local"]),
+                              "## Deletes and updates")
+    page.write_text(text)
 
 
 def main() -> int:

@@ -269,8 +269,10 @@ def main() -> int:
     for section in sorted(skip):  # kept from the run that measured it, and said so on the page
         if section in previous:
             results[section] = previous[section]
-            results.setdefault("kept", {})[section] = previous.get("kept", {}).get(section) or {
-                "date": previous.get("date"), "command": previous.get("command")}
+            own = previous[section] if {"date", "command"} <= set(previous[section]) else {}  # run alone
+            results.setdefault("kept", {})[section] = {"date": own["date"], "command": own["command"]} if own else \
+                previous.get("kept", {}).get(section) or {"date": previous.get("date"),
+                                                          "command": previous.get("command")}
 
     def save() -> None:  # after every section, so a late failure keeps what was measured
         results["machine"]["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -302,6 +304,8 @@ def main() -> int:
         save()
     elif "retract" in previous:  # its own date and command are on the page
         results["retract"] = previous["retract"]
+    if "local" in previous:  # measured by bench/local_bench.py alone; its own date is on the page
+        results["local"] = previous["local"]
     if "ingest" not in skip:
         log("ingest: POST /v0/events against pipeframe serve, a plain Delta append loop, Project.append's steps")
         measured = "views" not in skip  # its Project.append figures: reused, not measured twice
@@ -312,13 +316,6 @@ def main() -> int:
                                                **{"from": "measured by the views section of the same run"})
     save()
     report.write(results, args.out)
-    if "ingest" in results:  # report.py does not render this section: bench/ingest_bench.py does
-        args.out.write_text(report.insert_section(args.out.read_text(), ingest_bench.SECTION,
-                                                  ingest_bench.section(results["ingest"]).rstrip("\n").splitlines(),
-                                                  ingest_bench.BEFORE))
-    if "retract" in results:  # report.py does not render this section either: bench/retract_bench.py does
-        args.out.write_text(report.insert_section(args.out.read_text(), retract_bench.SECTION,
-                                                  retract_bench.section(results["retract"])))
     log(f"wrote {args.out}, {data} and the charts in {args.out.parent / 'img'}")
     return 0
 

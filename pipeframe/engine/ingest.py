@@ -47,6 +47,7 @@ class Batch:
     frame: DataFrame | None  # None when `fitting` holds the rows
     source: str  # a file name, "stdin" or "dataframe", kept with quarantined rows
     fitting: pa.Table | None = None  # rows that all fit, already typed by pyarrow (`fitting_rows`): no Spark job
+    size_bytes: int | None = None  # the input's size in memory when known beforehand (a pandas DataFrame)
 
 
 @dataclass(frozen=True)
@@ -400,7 +401,7 @@ class Ingestor:
         folder = local_folder(table.path or "")
         with table_lock(table.path or ""):
             if direct and mode == "append" and where is None and folder is not None and \
-                    deltaappend.writable(folder) and (sizes is not None or _fits_driver(batch.frame)):
+                    deltaappend.writable(folder) and (sizes is not None or _fits_driver(batch)):
                 landed = self._commit_arrow(table, batch, folder, keys, metadata, sizes)
                 if landed is not None:
                     return landed
@@ -538,11 +539,14 @@ class Ingestor:
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
 
 
-def _fits_driver(frame: DataFrame | None) -> bool:
-    """Whether Spark's optimizer estimates `frame` at most DIRECT_BYTES (no job runs; sizes are estimated from the
-    files read, or the rows of a local relation). False when it cannot say (Spark Connect)."""
+def _fits_driver(batch: Batch) -> bool:
+    """Whether the batch's input is known to be at most DIRECT_BYTES: a pandas DataFrame's size in memory, or what
+    Spark's optimizer estimates for its frame (no job runs; estimated from the files read or the table's size).
+    False when neither can say (a frame made from Python rows or an RDD; Spark Connect)."""
+    if batch.size_bytes is not None:
+        return batch.size_bytes <= DIRECT_BYTES
     try:
-        estimate = frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()  # type: ignore[union-attr]
+        estimate = batch.frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()  # type: ignore[union-attr]
         return int(str(estimate)) <= DIRECT_BYTES
     except Exception:  # noqa: BLE001 — Spark Connect has no JVM plan in this process
         return False
@@ -574,6 +578,7 @@ def conform_data(spark: SparkSession, data: object, datasource: Datasource) -> B
     if isinstance(data, list | tuple):
         return Batch(conform_lines(spark, ndjson_lines(data), datasource), "rows")
     if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
-        return Batch(conform(spark.createDataFrame(data), datasource), "dataframe")  # pandas
+        return Batch(conform(spark.createDataFrame(data), datasource), "dataframe",  # pandas
+                     size_bytes=int(data.memory_usage(deep=True).sum()))
     raise PipeframeError("PF715", f"Cannot append a {type(data).__name__}.",
                          "Pass a Spark DataFrame, a pandas DataFrame, a list of dicts, or a file path.")

@@ -313,23 +313,26 @@ def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_conf
         [(f"t{i}", i, i) for i in range(5)]
 
 
-@pytest.mark.parametrize("bound", ["estimated small", "too big to estimate small"])
+@pytest.mark.parametrize("bound", ["estimated small", "pandas", "too big to estimate small"])
 def test_a_dataframe_append_goes_through_the_driver_while_spark_estimates_it_small(spark, spark_config, monkeypatch,
                                                                                     bound):
-    """`Project.append` of a Spark DataFrame Spark's optimizer estimates at most `ingest.DIRECT_BYTES`: its rows are
-    conformed in one job and appended by pyarrow; a bigger one goes to Spark's writer. Both land the same rows,
+    """`Project.append` of a Spark DataFrame Spark's optimizer estimates at most `ingest.DIRECT_BYTES` (or a pandas
+    DataFrame that size in memory): its rows are conformed in one job and appended by pyarrow; a bigger one goes to
+    Spark's writer. Both land the same rows,
     quarantine the same misfits first, keep the idempotency key with its counts, and feed the views."""
     from pipeframe.engine import ingest
     from tests.spark.conftest import deployed
     from tests.spark.test_events import FILES
 
-    small = bound == "estimated small"
+    small = bound != "too big to estimate small"
     if not small:
         monkeypatch.setattr(ingest, "DIRECT_BYTES", 0)
-    project = deployed(spark, spark_config, f"frame_{small}", FILES)
+    project = deployed(spark, spark_config, f"frame_{bound.split()[0]}", FILES)
     # Built by Spark (a range), so its optimizer knows its size (a frame made from Python rows it does not).
     data = spark.range(40).selectExpr("concat('2024-05-01 10:00:0', id % 10) AS ts", "concat('d', id % 4) AS user_id",
                                       "CASE WHEN id % 9 = 0 THEN 'nine' ELSE CAST(id AS STRING) END AS amount")
+    if bound == "pandas":  # its size in memory is known
+        data = data.toPandas()
     result = project.append("events", data, idempotency_key="frame")
     assert (result.accepted, result.quarantined) == (35, 5)
     assert "cannot read \"nine\"" in result.reasons[0]
