@@ -527,6 +527,7 @@ class StepClock:
 
         self._patch(Project, "landing_target", self._timed("resolve the datasource and its table"))
         self._patch(ingest.Ingestor, "commit", self._timed("source: commit (whole)"))
+        self._patch(ingest.Ingestor, "_commit_arrow", self._timed("source: by way of the driver (whole)"))
         self._patch(ingest, "retrying", self._timed("source: write"))
         self._patch(tables, "find_commit", self._timed("source: find the new version in the log"))
         self._patch(Warehouse, "view_records", self._timed("views: read the view records"))
@@ -572,15 +573,20 @@ class StepClock:
             out[label] = out.get(label, 0.0) + seconds
 
         commit = next((s for s in self.spans if s[0] == "source: commit (whole)"), None)
+        driver = next((s for s in self.spans if s[0] == "source: by way of the driver (whole)"), None)
         writes = sorted((s for s in self.spans if s[0] == "source: write"), key=lambda s: s[2])
         for label, view, started, ended in self.spans:
-            if label in ("source: commit (whole)", "source: write", "view (whole)"):
+            if label in ("source: commit (whole)", "source: by way of the driver (whole)", "source: write",
+                         "view (whole)"):
                 continue
             add(f"{view}: {label}" if view else label, ended - started)
-        if commit is not None and not writes:  # by way of the driver: no Spark write (`Ingestor.commit`)
-            add(DRIVER_COMMIT, commit[3] - commit[2])
+        if commit is not None and driver is not None:  # no Spark write of the rows; misfits Spark writes first
+            for span in writes:
+                add("source: quarantine write", span[3] - span[2])
+            add(DRIVER_COMMIT, (driver[3] - driver[2]) - sum(span[3] - span[2] for span in writes))
+            add("source: the rest of the commit (lock, checks)", (commit[3] - commit[2]) - (driver[3] - driver[2]))
         elif commit is not None:
-            add("source: conform + count rows per request", writes[0][2] - commit[2])
+            add("source: conform + count rows per request", (writes[0][2] if writes else commit[3]) - commit[2])
             for span in writes[:-1]:
                 add("source: quarantine write", span[3] - span[2])
             if writes:
@@ -592,7 +598,8 @@ class StepClock:
                 known = sum(e - s for lab, v, s, e in self.spans if v == view and lab != "view (whole)")
                 add(f"{view}: other (view record checks, retries)", (ended - started) - known)
         add("other (the rest of Project.append)", total - sum(out.values()))
-        source = [DRIVER_COMMIT, "source: conform + count rows per request", "source: quarantine write",
+        source = [DRIVER_COMMIT, "source: the rest of the commit (lock, checks)",
+                  "source: conform + count rows per request", "source: quarantine write",
                   "source: Delta commit (write the rows)", "source: find the new version in the log",
                   "source: the rest of the commit (cache release)"]
         views = [v for _, v, _, _ in sorted((s for s in self.spans if s[0] == "view (whole)"), key=lambda s: s[2])]

@@ -101,7 +101,7 @@ def main() -> int:
         data = json.loads(data_path.read_text())
         data["local"] = results
         data_path.write_text(json.dumps(data, indent=2) + "\n")
-        page.write_text(insert_section(page.read_text(), SECTION, section(results)))
+        page.write_text(insert_section(page.read_text(), SECTION, section(results), "## Deletes and updates"))
     return 0
 
 

@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import deltalog
@@ -209,7 +210,9 @@ def _write_file(folder: str, rows: pa.Table, tight_bounds: bool) -> tuple[str, d
 
 def _stats(rows: pa.Table) -> dict:
     """numRecords; nullCount of every column but structs (Delta nests theirs); exact min/max of integer, date and
-    short string columns."""
+    short string columns; min/max of timestamps in milliseconds as Delta writes them (the minimum rounded down,
+    the maximum up: a bound never excludes a row, whether or not the reader widens it by a millisecond as Spark's
+    Delta does)."""
     import pyarrow.compute as pc
     import pyarrow.types as t
 
@@ -221,16 +224,30 @@ def _stats(rows: pa.Table) -> dict:
             continue
         nulls[name] = column.null_count
         text = t.is_string(kind) or t.is_large_string(kind)
-        if column.null_count == len(column) or not (t.is_integer(kind) or t.is_date32(kind) or text):
+        time_ = t.is_timestamp(kind)
+        if column.null_count == len(column) or not (t.is_integer(kind) or t.is_date32(kind) or text or time_):
             continue
         try:
             if text and pc.max(pc.utf8_length(column)).as_py() > STRING_STATS:
                 continue
             bounds = pc.min_max(column).as_py()
+            if time_:
+                low[name], high[name] = _millis(bounds["min"], kind.tz), _millis(bounds["max"], kind.tz, up=True)
+                continue
         except (ValueError, OverflowError):  # e.g. a date outside Python's years 1..9999: no bounds
             continue
         low[name], high[name] = (str(b) if t.is_date32(kind) else b for b in (bounds["min"], bounds["max"]))
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+def _millis(value: datetime, zone: str | None, up: bool = False) -> str:
+    """A timestamp statistic as Delta writes it: milliseconds, `Z` for an instant (TIMESTAMP, stored in UTC), none
+    for TIMESTAMP_NTZ; rounded up to the next millisecond when `up` and it has more digits."""
+    if up and value.microsecond % 1000:
+        value += timedelta(microseconds=1000 - value.microsecond % 1000)
+    if zone is not None:
+        value = value.astimezone(UTC)
+    return f"{value:%Y-%m-%dT%H:%M:%S}.{value.microsecond // 1000:03d}" + ("Z" if zone is not None else "")
 
 
 def _commit(folder: str, version: int, read: int, count: int, data: tuple[str, dict] | None,

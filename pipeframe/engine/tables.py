@@ -200,8 +200,8 @@ def read_changes(spark: SparkSession, source: ResourceState, path: str, commits:
                  persist: bool = False) -> DataFrame:
     """The rows that `commits` added to a source, from Delta's change data feed (neutral commits skipped); for a
     local table whose commits only appended rows, read from the files they added (`deltalog.appended_files`): the
-    same rows, without planning the feed. `persist` (the rows have several readers): the feed's rows are kept
-    (MEMORY_AND_DISK) once read; the files are not, as reading local parquet again costs less than caching it
+    same rows, without planning the feed. `persist` (the rows have several readers): the feed's rows are cached
+    once read; the files are not, as reading local parquet again costs less than caching it
     (three views of a 100,000-row append: 0.52 s against 0.75 s, docs/benchmarks.md)."""
     commits = list(commits)
     folder = local_folder(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -93,16 +93,29 @@ def test_statistics_skip_files_without_changing_answers(spark, table_path):
 
 
 def test_files_are_skipped_on_their_bounds(spark, table_path):
-    """Three files of disjoint ids, days and short names: with two of them deleted from disk, a filter that only
-    the third can match still reads (its bounds let Spark skip the others); one the others could match fails."""
+    """Three files of disjoint ids, days, short names and times: with two of them deleted from disk, a filter that
+    only the third can match still reads (its bounds let Spark skip the others), also at the exact microsecond of
+    its latest time (Delta keeps milliseconds: the maximum is rounded up); one the others could match fails."""
     import pyarrow as pa
 
-    spark.sql(f"CREATE TABLE {quote_path(table_path)} (id BIGINT, day DATE, name STRING) USING DELTA")
+    spark.sql(f"CREATE TABLE {quote_path(table_path)} (id BIGINT, day DATE, name STRING, ts TIMESTAMP, "
+              "local TIMESTAMP_NTZ) USING DELTA")
+
+    def at(i: int) -> datetime:  # microseconds past a millisecond; the middle file's is 2024-02-01 00:00:00-00:01:40
+        return datetime(2024, 1 + i // 100, 1) + timedelta(seconds=i % 100, microseconds=250_001 + i)
+
     for batch in range(3):
         ids = list(range(batch * 100, batch * 100 + 100))
         deltaappend.append(table_path, pa.table({
             "id": pa.array(ids, pa.int64()), "day": pa.array([date(2024, batch + 1, 1 + i % 28) for i in ids]),
-            "name": pa.array([f"b{batch}-{i:03d}" for i in ids])}))
+            "name": pa.array([f"b{batch}-{i:03d}" for i in ids]),
+            "ts": pa.array([at(i).replace(tzinfo=UTC) for i in ids], pa.timestamp("us", "UTC")),
+            "local": pa.array([at(i) for i in ids], pa.timestamp("us"))}))
+    stats = next(json.loads(a["add"]["stats"]) for a in deltalog.commit_actions(table_path, 2) if "add" in a)
+    assert (stats["minValues"]["ts"], stats["maxValues"]["ts"]) == ("2024-02-01T00:00:00.250Z",
+                                                                    "2024-02-01T00:01:39.251Z")
+    assert (stats["minValues"]["local"], stats["maxValues"]["local"]) == ("2024-02-01T00:00:00.250",
+                                                                          "2024-02-01T00:01:39.251")
     files = [a["add"]["path"] for v in (1, 2, 3) for a in deltalog.commit_actions(table_path, v) if "add" in a]
     for name in (files[0], files[2]):
         os.remove(os.path.join(table_path, name))
@@ -111,8 +124,13 @@ def test_files_are_skipped_on_their_bounds(spark, table_path):
     assert spark.sql(f"SELECT count(*) FROM {table} WHERE day = DATE'2024-02-05'").first()[0] == \
         sum(1 for i in range(100, 200) if i % 28 == 4)
     assert spark.sql(f"SELECT count(*) FROM {table} WHERE name = 'b1-150'").first()[0] == 1
-    with pytest.raises(Exception, match="(?i)not.*(exist|found)|FileNotFound|FAILED_READ"):
-        spark.sql(f"SELECT count(*) FROM {table} WHERE id < 10").collect()
+    latest = at(199).isoformat(sep=" ")
+    assert spark.sql(f"SELECT count(*) FROM {table} WHERE ts = TIMESTAMP'{latest}+00:00'").first()[0] == 1
+    assert spark.sql(f"SELECT count(*) FROM {table} WHERE local = TIMESTAMP_NTZ'{latest}'").first()[0] == 1
+    for condition in ("id < 10", "ts < TIMESTAMP'2024-01-15 00:00:00+00:00'",
+                      "local > TIMESTAMP_NTZ'2024-03-01 00:00:00'"):
+        with pytest.raises(Exception, match="(?i)not.*(exist|found)|FileNotFound|FAILED_READ"):
+            spark.sql(f"SELECT count(*) FROM {table} WHERE {condition}").collect()
 
 
 def test_a_commit_on_a_checkpoint_version_has_delta_write_the_checkpoint(spark, table_path):
@@ -313,39 +331,64 @@ def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_conf
         [(f"t{i}", i, i) for i in range(5)]
 
 
-@pytest.mark.parametrize("bound", ["estimated small", "pandas", "too big to estimate small"])
-def test_a_dataframe_append_goes_through_the_driver_while_spark_estimates_it_small(spark, spark_config, monkeypatch,
-                                                                                    bound):
+def test_a_dataframe_append_goes_through_the_driver_while_its_size_is_known_small(spark, spark_config,
+                                                                                 monkeypatch):
     """`Project.append` of a Spark DataFrame Spark's optimizer estimates at most `ingest.DIRECT_BYTES` (or a pandas
-    DataFrame that size in memory): its rows are conformed in one job and appended by pyarrow; a bigger one goes to
-    Spark's writer. Both land the same rows,
-    quarantine the same misfits first, keep the idempotency key with its counts, and feed the views."""
+    DataFrame that size in memory) is conformed in one job and appended by pyarrow; one estimated bigger, one whose
+    plan makes more rows than estimated (explode), one whose rows the driver refuses (`toArrow` fails on
+    spark.driver.maxResultSize) and any with `ingest.direct_commit: false` go to Spark's writer. Every way lands
+    the same rows, quarantines the same misfits once, keeps the idempotency key with its counts, and feeds the
+    views."""
+    from datetime import datetime
+
+    from pyspark.sql.classic.dataframe import DataFrame
+
     from pipeframe.engine import ingest
+    from pipeframe.project import Project
     from tests.spark.conftest import deployed
     from tests.spark.test_events import FILES
 
-    small = bound != "too big to estimate small"
-    if not small:
-        monkeypatch.setattr(ingest, "DIRECT_BYTES", 0)
-    project = deployed(spark, spark_config, f"frame_{bound.split()[0]}", FILES)
-    # Built by Spark (a range), so its optimizer knows its size (a frame made from Python rows it does not).
-    data = spark.range(40).selectExpr("concat('2024-05-01 10:00:0', id % 10) AS ts", "concat('d', id % 4) AS user_id",
-                                      "CASE WHEN id % 9 = 0 THEN 'nine' ELSE CAST(id AS STRING) END AS amount")
-    if bound == "pandas":  # its size in memory is known
-        data = data.toPandas()
-    result = project.append("events", data, idempotency_key="frame")
-    assert (result.accepted, result.quarantined) == (35, 5)
-    assert "cannot read \"nine\"" in result.reasons[0]
+    project = deployed(spark, spark_config, "frame_appends", FILES)
     path = project.snapshot.table("events").path
-    [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
-    assert (info["engineInfo"] == deltaappend.ENGINE) is small
-    assert json.loads(info["userMetadata"])["pipeframe"]["keys"] == {"frame": [35, 5]}
-    assert project.append("events", data, idempotency_key="frame").replayed
-    quarantine = spark.read.format("delta").load(project.warehouse.quarantine_path("events"))
-    assert sorted(json.loads(r["raw"])["amount"] for r in quarantine.collect()) == ["nine"] * 5
-    landed = spark.read.format("delta").load(path)
-    assert sorted((r["user_id"], r["amount"], r["ts"].second) for r in landed.collect()) == \
-        sorted((f"d{i % 4}", float(i), i % 10) for i in range(40) if i % 9)
-    view = {r["user_id"]: (r["orders"], r["revenue"]) for r in project.query("SELECT * FROM by_user").collect()}
-    assert view == {f"d{u}": (sum(1 for i in range(40) if i % 4 == u and i % 9),
-                              float(sum(i for i in range(40) if i % 4 == u and i % 9))) for u in range(4)}
+    quarantine = project.warehouse.quarantine_path("events")
+
+    def data(case: str):
+        # Built by Spark (a range), so its optimizer knows its size (a frame made from Python rows it does not).
+        frame = spark.range(40).selectExpr("concat('2024-05-01 10:', lpad(CAST(id AS STRING), 2, '0'), ':07.25') AS ts",
+                                           f"concat('{case}-', id % 4) AS user_id",
+                                           "CASE WHEN id % 9 = 0 THEN 'nine' ELSE CAST(id AS STRING) END AS amount")
+        if case == "exploded":  # one row per array element: Spark estimates the rows before explode
+            frame = frame.selectExpr("ts", "user_id", "explode(array(amount)) AS amount")
+        return frame.toPandas() if case == "pandas" else frame
+
+    def refused(*_args, **_kwargs):
+        raise RuntimeError("Total size of serialized results of 1 tasks is bigger than spark.driver.maxResultSize")
+
+    cases = {"small": True, "pandas": True, "big": False, "exploded": False, "refused": False, "spark": False}
+    for case, direct in cases.items():
+        with monkeypatch.context() as patch:
+            target = project
+            if case == "big":
+                patch.setattr(ingest, "DIRECT_BYTES", 0)
+            if case == "refused":
+                patch.setattr(DataFrame, "toArrow", refused)
+            if case == "spark":
+                (project.root / "pipeframe.yaml").write_text((project.root / "pipeframe.yaml").read_text()
+                                                             + "ingest:\n  direct_commit: false\n")
+                target = Project(project.root, spark=spark, environ={})
+            result = target.append("events", data(case), idempotency_key=case)
+        assert (result.accepted, result.quarantined) == (35, 5), case
+        assert "cannot read \"nine\"" in result.reasons[0], case
+        [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+        assert (info["engineInfo"] == deltaappend.ENGINE) is direct, case
+        assert json.loads(info["userMetadata"])["pipeframe"]["keys"] == {case: [35, 5]}, case
+        assert target.append("events", data(case), idempotency_key=case).replayed, case
+        misfits = spark.read.format("delta").load(quarantine).where(f"raw LIKE '%{case}-%'").collect()
+        assert sorted(json.loads(r["raw"])["amount"] for r in misfits) == ["nine"] * 5, case
+        landed = spark.read.format("delta").load(path).where(f"user_id LIKE '{case}-%'").collect()
+        assert sorted((r["user_id"], r["amount"], r["ts"]) for r in landed) == sorted(
+            (f"{case}-{i % 4}", float(i), datetime(2024, 5, 1, 10, i, 7, 250_000)) for i in range(40) if i % 9), case
+        view = {r["user_id"]: (r["orders"], r["revenue"]) for r in
+                project.query(f"SELECT * FROM by_user WHERE user_id LIKE '{case}-%'").collect()}
+        assert view == {f"{case}-{u}": (sum(1 for i in range(40) if i % 4 == u and i % 9),
+                                        float(sum(i for i in range(40) if i % 4 == u and i % 9))) for u in range(4)}
