@@ -31,8 +31,6 @@ PART = "__pf_part"  # which request of a group commit a row came from (0 for a s
 DIRECT_BYTES = 16 * 1024 * 1024
 # Plan nodes that make a frame's rows more than Spark's estimate says (explode) or that run Python: never sized.
 _UNSIZED = re.compile(r"Generate|Python|Pandas|Arrow|MapPartitions|MapElements|AppendColumns")
-# How Spark says the rows did not fit the driver: more than spark.driver.maxResultSize, or its heap.
-_TOO_BIG = re.compile(r"maxResultSize|OutOfMemoryError|Java heap space")
 MISFITS_COLLECTED = 10_000  # misfit rows of one commit brought to the driver to count them; more are aggregated
 # A JSON line as tokens: a whole string (an escaped character never ends it) or a run of anything else.
 JSON_TOKENS = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[^"]++'
@@ -436,7 +434,7 @@ class Ingestor:
                 rows = batch.frame.withColumn(RAW, expr(f"CASE WHEN `{REASON}` IS NOT NULL THEN `{RAW}` END")) \
                     .toArrow()
             except Exception as exc:
-                if sizes is not None or not _TOO_BIG.search(str(exc)):
+                if sizes is not None or not tables.too_big_for_driver(exc):
                     raise
                 # The estimate was wrong: Spark's writer takes the batch (nothing was written yet).
                 log.warning("rows for %s not brought to the driver (%s): written by Spark", table.path,

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeframe.tables")
 PARTITION_COLUMN = "__pf_partition"
-_GLOB = re.compile(r"[{}\[\]*?\\%]")  # characters Hadoop reads as a glob pattern (or an escape) in a path
+_GLOB = re.compile(r"[{}\[\]*?\\%]")
+# How Spark says rows brought to the driver did not fit: more than spark.driver.maxResultSize, or its heap.
+_TOO_BIG = re.compile(r"maxResultSize|OutOfMemoryError|Java heap space")  # characters Hadoop reads as a glob pattern (or an escape) in a path
 # A view increment of at most this many source rows has its states brought to the driver and appended by
 # `deltaappend` (no Spark write job); a larger one is written by Spark's writer. An aggregating view's states are
 # at most one row per group the increment touches, usually far fewer than its rows: a higher bound keeps a view
@@ -196,6 +198,11 @@ def initial_watermark(spark: SparkSession, path: str) -> Watermark:
     return Watermark(None)
 
 
+def too_big_for_driver(exc: BaseException) -> bool:
+    """Whether a `toArrow()` failed only because the rows did not fit the driver (Spark's writer can take them)."""
+    return bool(_TOO_BIG.search(str(exc)))
+
+
 def read_changes(spark: SparkSession, source: ResourceState, path: str, commits: Iterable[Commit],
                  persist: bool = False) -> DataFrame:
     """The rows that `commits` added to a source, from Delta's change data feed (neutral commits skipped); for a
@@ -273,8 +280,10 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
         spark = frame.sparkSession
         try:
             rows = typed.toArrow()
-        except Exception as exc:  # noqa: BLE001 — more states than the driver takes (maxResultSize): Spark writes
-            log.info("states of %s not brought to the driver (%s): written by Spark", path, first_line(exc))
+        except Exception as exc:
+            if not too_big_for_driver(exc):
+                raise
+            log.warning("states of %s not brought to the driver (%s): written by Spark", path, first_line(exc))
         else:
             with table_lock(path):
                 version = deltaappend.append(folder, rows, json.dumps({"pipeframe": info}),
