@@ -261,6 +261,7 @@ class DevLoop:
         version keeps serving and the next save is built again."""
         from pipeframe.copy import CopyScheduler
         from pipeframe.server import Service, start_server
+        from pipeframe.server.app import interrupted_cleanly
 
         stop = stop or threading.Event()
         self.echo(f"pipeframe dev: {self.root} (environment `{self.env}`)")
@@ -271,10 +272,11 @@ class DevLoop:
         server = start_server(self.service, host, port)
         self.echo(self.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
                               "(Ctrl-C to stop)", bold=True))
-        try:
-            self.watch(stop)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
+        with interrupted_cleanly():
+            try:
+                self.watch(stop)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                server.stop()
         return 0

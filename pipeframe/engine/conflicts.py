@@ -26,6 +26,27 @@ def is_conflict(exc: BaseException) -> bool:
     return any(marker in text for marker in CONFLICTS)
 
 
+# Spark's words for a job cancelled under a refresh (Ctrl-C in a process whose SIGINT handler is pyspark's, which
+# cancels every job; the session stopping): nothing was committed, and the next refresh applies the same rows.
+CANCELLED = ("cancelled as part of cancellation of all jobs", "cancelled because SparkContext was shut down",
+             "cancelled part of cancelled job group", "SparkContext was shut down", "SPARK_JOB_CANCELLED")
+
+
+def is_cancelled(exc: BaseException) -> bool:
+    """True when `exc` is a Spark job of this refresh cancelled from outside (not an error of the view), also when
+    the cancellation is the cause of what was raised (Delta wraps the failures of its own jobs): the JVM's
+    exception text with its causes, and the Python causes."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        text = f"{seen}\n{getattr(seen, '_stackTrace', '')}"
+        if any(marker in text for marker in CANCELLED):
+            return True
+        seen = getattr(seen, "_cause", None) or seen.__cause__ or seen.__context__
+    return False
+
+
 def retrying(action: Callable[[], T], attempts: int = ATTEMPTS) -> T:
     """Run `action`, again after a short pause each time Delta refuses its commit for a concurrent one."""
     for attempt in range(attempts):

@@ -152,27 +152,59 @@ class TableState:
         return _Found(metadata=self.metadata).configuration()
 
 
-# A commit file's metaData and protocol never change; the file's identity guards a table made again in its folder.
-_STATES: dict[tuple[str, int, int, int], TableState] = {}
+# Per folder, the state at the newest version read, with that commit file's identity (inode, mtime): a commit file
+# never changes, and its identity guards a table made again in the same folder. A writer asks before each append, so
+# the next ask replays only the commits made since (each just its metaData and protocol, if any) instead of the
+# newest checkpoint and every commit after it.
+_STATES: dict[str, tuple[tuple[int, int], TableState]] = {}
 
 
 def table_state(folder: str) -> TableState | None:
     """The latest version, metaData and protocol of the table in a local folder; None when the log cannot say
-    exactly (or there is no table). Kept per version: a writer asks before and while it appends."""
+    exactly (or there is no table)."""
     try:
         listing = list_log(folder)
         if listing is None or listing.latest < 0:
             return None
-        stat = os.stat(_commit_path(folder, listing.latest))
-        key = (folder, listing.latest, stat.st_ino, stat.st_mtime_ns)
-        if key not in _STATES:
+        state = _state_since(folder, listing, _STATES.get(folder))
+        if state is None:
             found = _snapshot_actions(folder, listing, want_protocol=True)
-            if len(_STATES) > 1024:
-                _STATES.clear()
-            _STATES[key] = TableState(listing.latest, found.metadata or {}, found.protocol or {})
-        return _STATES[key]
+            state = TableState(listing.latest, found.metadata or {}, found.protocol or {})
+        if len(_STATES) > 1024:
+            _STATES.clear()
+        _STATES[folder] = (_identity(folder, state.version), state)
+        return state
     except (OSError, Unanswerable):
         return None
+
+
+def _identity(folder: str, version: int) -> tuple[int, int]:
+    stat = os.stat(_commit_path(folder, version))
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def _state_since(folder: str, listing: Listing, known: tuple[tuple[int, int], TableState] | None) -> TableState | None:
+    """The state at `listing.latest` from a state known at an earlier version, by the commits after it; None when
+    it cannot be (nothing known, the known commit file is not the one read then, or a commit file is missing)."""
+    if known is None:
+        return None
+    identity, state = known
+    if state.version > listing.latest or any(v not in listing.commits for v in range(state.version + 1,
+                                                                                      listing.latest + 1)):
+        return None
+    try:
+        if _identity(folder, state.version) != identity:
+            return None
+    except OSError:
+        return None
+    metadata, protocol = state.metadata, state.protocol
+    for version in range(state.version + 1, listing.latest + 1):
+        for action in _actions(_commit_path(folder, version)):
+            if isinstance(action.get("metaData"), dict):
+                metadata = action["metaData"]
+            if isinstance(action.get("protocol"), dict):
+                protocol = action["protocol"]
+    return TableState(listing.latest, metadata, protocol)
 
 
 def commit_actions(folder: str, version: int) -> list[dict] | None:

@@ -162,6 +162,11 @@ class GroupCommitter:
             queue.cond.notify_all()
         return request.done
 
+    def reads_keys(self, name: str, key: str | None) -> bool:
+        """Whether `submit(name, ..., key)` reads the datasource's committed keys first (the first key it sees)."""
+        queue = self._queues.get(name)
+        return key is not None and (queue is None or queue.keys is None)
+
     def append(self, name: str, lines: list[str], key: str | None = None) -> IngestResult:
         """`submit` and wait for the commit."""
         return self.submit(name, lines, key).result()
@@ -264,10 +269,9 @@ class GroupCommitter:
                    for part in landed]
         with queue.cond:
             self._settle(queue, group)
-            keys = self._keys(queue, table)
             for request, result in zip(group, results, strict=True):
-                if request.key is not None:
-                    keys[request.key] = replace(result, replayed=True)
+                if request.key is not None:  # its submit read the committed keys: no I/O under the lock here
+                    self._keys(queue, table)[request.key] = replace(result, replayed=True)
             accepted = sum(r.accepted for r in results)
             stats.commits += 1
             stats.requests += len(group)

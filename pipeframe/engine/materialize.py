@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.compiler.states import BATCH_RELATION
 from pipeframe.engine import tables
-from pipeframe.engine.conflicts import is_conflict, retrying, table_lock, view_lock
+from pipeframe.engine.conflicts import is_cancelled, is_conflict, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -220,6 +220,9 @@ class Materializer:
             raise
         except Exception as exc:  # noqa: BLE001 — recorded on the view, shown by status, cleared by recover
             message = first_line(exc)
+            if is_cancelled(exc):  # not the view's fault: nothing committed, the next refresh applies the rows
+                return ViewRefresh(name, "error", message=f"the refresh was cancelled ({message}); nothing was "
+                                   "applied, and the next refresh applies the same rows")
             if is_conflict(exc):
                 message = (f"other writers kept committing to this view while it applied new rows ({message}); "
                            "nothing was applied twice")

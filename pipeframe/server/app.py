@@ -7,7 +7,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
@@ -37,15 +38,15 @@ def create_app(service: Service) -> FastAPI:
 
 
 class FollowDeploys:
-    """Before each API request, serve what is deployed now: another process may have deployed, dropped or rebuilt
-    since (`Service.follow`)."""
+    """Before an API request, serve what is deployed now: another process may have deployed, dropped or rebuilt
+    since (`Service.follow`, when due: not for every request of a stream of events)."""
 
     def __init__(self, app: ASGIApp, service: Service) -> None:
         self.app = app
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v0/"):
+        if scope["type"] == "http" and scope["path"].startswith("/v0/") and self.service.follow_due():
             await run_in_threadpool(self.service.follow)
         await self.app(scope, receive, send)
 
@@ -112,18 +113,31 @@ def serve_forever(service: Service, host: str = "127.0.0.1", port: int = 7181,
                   on_ready: Callable[[RunningServer], None] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM, then stop cleanly."""
     running = start_server(service, host, port)
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    with interrupted_cleanly():
+        try:
+            if on_ready is not None:
+                on_ready(running)
+            running.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            running.stop()
+
+
+@contextmanager
+def interrupted_cleanly() -> Iterator[None]:
+    """Within: Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread, and nothing else. Pyspark's own SIGINT
+    handler (installed when the session starts) also cancels every Spark job: a view refresh under way would fail
+    half-way instead of finishing before the process stops."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if on_ready is not None:
-            on_ready(running)
-        running.wait()
-    except KeyboardInterrupt:
-        pass
+        yield
     finally:
-        running.stop()
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

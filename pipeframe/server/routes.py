@@ -81,8 +81,13 @@ def add_event_routes(app: FastAPI, service: Service) -> None:
         if not any(line.strip() for line in lines):
             raise PipeframeError("PF815", "The request body has no events.",
                                  "Send one JSON object per line (curl --data-binary @events.ndjson).")
-        # The commit is awaited, not waited for in a thread: every request waiting may join one group commit.
-        future = await run_in_threadpool(service.submit, name, lines, idempotency_key)
+        # The commit is awaited, not waited for in a thread: every request waiting may join one group commit. Queueing
+        # the lines takes no I/O (a lock held only for in-memory work) and runs here, unless the datasource's
+        # committed keys must be read first.
+        if service.submit_reads(name, idempotency_key):
+            future = await run_in_threadpool(service.submit, name, lines, idempotency_key)
+        else:
+            future = service.submit(name, lines, idempotency_key)
         result = await asyncio.wrap_future(future)
         if wait:
             result = await run_in_threadpool(service.applied, name, result)

@@ -31,9 +31,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeframe.server")
 
 WAIT_SECONDS = 120.0  # how long `POST /v0/events?wait=true` waits for the views
-# How often a server over a remote warehouse asks Delta whether another process deployed (a local one looks at the
-# state table's log on every request: a directory listing).
+# How often a server asks whether another process deployed: over a remote warehouse Delta is asked for the state
+# table's version; over a local one its log is listed (a directory listing, in a worker thread: at the events API's
+# rate, doing it for every request cost more than the request itself).
 FOLLOW_SECONDS = 1.0
+FOLLOW_LOCAL_SECONDS = 0.1
 # Spark's words for a table or file that is gone: another process dropped or rebuilt it while a query read it.
 VANISHED = ("DELTA_TABLE_NOT_FOUND", "DELTA_PATH_DOES_NOT_EXIST", "PATH_NOT_FOUND", "FILE_NOT_EXIST",
             "DELTA_FILE_NOT_FOUND", "FileNotFoundException", "is not a Delta table", "DELTA_MISSING_DELTA_TABLE")
@@ -100,12 +102,18 @@ class Service:
             self.current = Snapshot(project, project.endpoints(deployed))
             self._seen = version
 
-    def follow(self) -> None:
+    def follow_due(self) -> bool:
+        """Whether it is time to look for a deploy made elsewhere (`follow`): at most every FOLLOW_LOCAL_SECONDS
+        over a local warehouse, every FOLLOW_SECONDS over any other. Answered without I/O, so a request that need
+        not look pays nothing."""
+        return time.monotonic() - self._checked >= (FOLLOW_LOCAL_SECONDS if self._local else FOLLOW_SECONDS)
+
+    def follow(self, now: bool = False) -> None:
         """Serve what is deployed now when another process (a `pipeframe deploy`, a views API call on another
         server, a rebuild) changed it since this snapshot was read: the folder is compiled again and the deployed
-        state read fresh. Called before each request; over a remote warehouse it looks at most every
-        FOLLOW_SECONDS."""
-        if not self._local and time.monotonic() - self._checked < FOLLOW_SECONDS:
+        state read fresh. Called before a request when `follow_due`; `now`: whether or not it is due (a query found
+        a table gone)."""
+        if not now and not self.follow_due():
             return
         self._checked = time.monotonic()
         project = self.project
@@ -161,7 +169,7 @@ class Service:
                     raise
                 table = TABLE_PATH.search(message)
                 missing = f"The table of `{table.group(1)}`" if table else "A table"
-            self.follow()
+            self.follow(now=True)
             if self.current is current:
                 break
         raise PipeframeError("PF807", f"{missing} that `{pipe}` reads is missing or changed while the query ran (a "
@@ -182,6 +190,11 @@ class Service:
     def submit(self, datasource: str, lines: list[str], key: str | None = None) -> Future:
         """Queue the lines for the datasource's next commit; the future gives the IngestResult once committed."""
         return self.committer.submit(datasource, lines, key)
+
+    def submit_reads(self, datasource: str, key: str | None) -> bool:
+        """Whether `submit` reads the table first (its committed idempotency keys, once per datasource): then it
+        must not run on the event loop."""
+        return self.committer.reads_keys(datasource, key)
 
     def applied(self, datasource: str, result: IngestResult) -> IngestResult:
         """`result` once every view downstream of `datasource` has applied it (a materializer round that started

@@ -275,3 +275,54 @@ def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, 
     for file in deltalog.appended_files(path, [1]):
         os.remove(file)  # vacuumed away: the change feed's own error says so
     assert deltalog.appended_files(path, [1]) is None
+
+
+def test_table_state_follows_each_commit_from_the_one_it_read_before(spark, spark_config):
+    """table_state replays only the commits made since the version it read last: every metaData and protocol change
+    in between is seen, and a table made again in the same folder is read from scratch."""
+    path = str(Path(spark_config.warehouse_uri) / "tests" / "deltalog_state_since")
+    shutil.rmtree(path, ignore_errors=True)
+    spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '3')")
+
+    def fresh():  # what a first read of the log says
+        saved = dict(deltalog._STATES)
+        deltalog._STATES.clear()
+        try:
+            return deltalog.table_state(path)
+        finally:
+            deltalog._STATES.update(saved)
+
+    def meaning(state: deltalog.TableState) -> tuple:  # a checkpoint and a commit file spell some fields apart
+        protocol = {k: sorted(v) if isinstance(v, list) else v for k, v in state.protocol.items() if v is not None}
+        return (state.version, state.metadata["id"], state.metadata["schemaString"],
+                list(state.metadata.get("partitionColumns") or []), state.configuration(), protocol)
+
+    def step(change) -> deltalog.TableState:
+        change()
+        state = deltalog.table_state(path)
+        assert meaning(state) == meaning(fresh())
+        return state
+
+    first = step(lambda: None)
+    state = step(lambda: append(spark, path, [(1, "a")]))
+    assert state.version == first.version + 1 and state.metadata == first.metadata
+    state = step(lambda: spark.sql(f"ALTER TABLE {quote_path(path)} ADD COLUMNS (extra DOUBLE)"))
+    assert "extra" in state.metadata["schemaString"]
+    state = step(lambda: spark.sql(f"ALTER TABLE {quote_path(path)} SET TBLPROPERTIES "
+                                   "('delta.enableDeletionVectors' = 'true')"))
+    assert state.configuration()["delta.enableDeletionVectors"] == "true"
+    assert "deletionVectors" in (state.protocol.get("writerFeatures") or [])
+    for n in range(4):  # past a checkpoint, several commits between two reads
+        spark.createDataFrame([(n, "b", 1.0)], "id INT, v STRING, extra DOUBLE").write.format("delta") \
+            .mode("append").save(path)
+    state = step(lambda: None)
+    # The same folder, a new table with as many versions: read again, not taken for the old one's next commits.
+    versions = state.version
+    shutil.rmtree(path)
+    spark.sql(f"CREATE TABLE {quote_path(path)} (other BIGINT) USING DELTA")
+    for n in range(versions):
+        spark.createDataFrame([(n,)], "other BIGINT").write.format("delta").mode("append").save(path)
+    state = step(lambda: None)
+    assert state.version == versions and "other" in state.metadata["schemaString"]
+    assert "extra" not in state.metadata["schemaString"]

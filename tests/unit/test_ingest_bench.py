@@ -1,8 +1,16 @@
 """The ingestion benchmark's pure logic (bench/ingest_bench.py): percentiles, which view commit made a source commit
-visible (directly and through a cascade), what the clients saw, and where its section goes on the page."""
+visible (directly and through a cascade), what the clients saw, and where its section goes on the page; and the
+open-loop sender against a real HTTP server on 127.0.0.1."""
 
+import itertools
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -56,6 +64,18 @@ def test_verdicts_compare_each_target():
     assert met == {"≥ 200 requests/s of 10-row batches": True, "≥ 50,000 rows/s in 1,000-row batches": False,
                    "p95 request latency ≤ 0.5 s": False, "p95 commit → visible in every view ≤ 3 s": False}
     assert all(ok is None for _, _, ok in bench.verdicts({}))
+    # Sent at the targets' rates (open loop), latency and visibility are taken there: at saturation a closed loop
+    # of K clients waits about K / throughput whatever the server does.
+    results["paced"] = {
+        "A": {"offered_per_s": 200.0, "rows_per_request": 10, "latency_p95_s": 0.3,
+              "visible": {"p95_slowest_view_s": 1.5}},
+        "B": {"offered_per_s": 50.0, "rows_per_request": 1000, "latency_p95_s": 0.45,
+              "visible": {"p95_slowest_view_s": 2.9}}}
+    paced = {label: (text, ok) for label, text, ok in bench.verdicts(results)}
+    assert paced["p95 request latency ≤ 0.5 s"] == (
+        "A sent at 200 requests/s (2,000 rows/s): 0.3 s, B sent at 50 requests/s (50,000 rows/s): 0.45 s", True)
+    assert paced["p95 commit → visible in every view ≤ 3 s"][1] is True
+    assert paced["≥ 50,000 rows/s in 1,000-row batches"][1] is False, "throughput stays the closed loop's"
 
 
 def test_the_section_is_replaced_in_place_or_added_before_the_kept_sections(tmp_path):
@@ -112,10 +132,74 @@ def test_the_section_shows_every_figure_and_verdict():
                           "pipeframe_over_plain": {"min": 2.5, "median": 3.0, "max": 3.5},
                           "steps_s": {"source: Delta commit (write the rows)": 1.0, "other": 0.001},
                           "steps_total_s": 3.0}}
+    results["paced"] = {"B": dict(scenario(50.0, 1000), offered_per_s=50.0, clients=None)}
     text = bench.section(results)
     assert text.startswith(bench.SECTION)
+    assert "| B: `POST /v0/events`, 1,000-row requests, sent at 50 requests/s | 50.0 | 50,000 | 0.2 / 0.4 / 0.45 s |" in text
+    assert "Scenario B sent at 50 requests/s, per view:" in text
     assert "| ≥ 200 requests/s of 10-row batches | 250 requests/s (scenario A) | met |  |" in text
     assert "| ≥ 50,000 rows/s in 1,000-row batches | 40,000 rows/s (scenario B) | **not met** | parsing, typing and writing" in text
     assert "| source: Delta commit (write the rows) | 1.000 | 33% |" in text and "| other |" not in text
     assert "**3.0** / 3.5x (PRODUCT.md section 8: ≤ 2x)" in text
     assert "### What limits throughput" in text
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """Answers every POST 202 after `delay` seconds, on keep-alive connections; counts what it read."""
+
+    protocol_version = "HTTP/1.1"
+    delay = 0.0
+    bodies: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append(body)
+        time.sleep(self.delay)
+        answer = b'{"successful_rows": 1}'
+        self.send_response(202)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture()
+def slow_server():
+    def start(delay: float):
+        handler = type("Handler", (_Slow,), {"delay": delay, "bodies": []})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}", handler
+
+    started: list = []
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_open_loop_sends_on_time_and_counts_latency_from_when_each_request_was_due(slow_server):
+    url, handler = slow_server(0.02)
+    records, (start, end) = bench.drive_paced(url, [b"a\n", b"bb\n"], rate=100, warmup=0.1, seconds=0.4)
+    records.sort()
+    assert len(records) == 50 and {r[2] for r in records} == {202}
+    assert sorted(handler.bodies) == sorted([b"a\n", b"bb\n"] * 25)
+    due = [r[0] for r in records]
+    assert all(abs((b - a) - 0.01) < 1e-6 for a, b in itertools.pairwise(due))  # every 10 ms, whatever the answers
+    assert end - start == pytest.approx(0.4) and all(r[1] - r[0] >= 0.02 for r in records)
+
+
+def test_a_server_slower_than_the_rate_shows_in_the_latency_not_in_the_sending(slow_server):
+    url, _ = slow_server(0.2)
+    records, window = bench.drive_paced(url, [b"x\n"], rate=50, warmup=0, seconds=0.4, connections=2)
+    records.sort()
+    due = [r[0] for r in records]
+    assert len(records) == 20 and all(abs((b - a) - 0.02) < 1e-6 for a, b in itertools.pairwise(due))
+    # Two connections answer 10 requests/s: the 20th waited its turn behind 18 others, ~1.8 s after it was due.
+    latencies = [r[1] - r[0] for r in records]
+    assert latencies[-1] > 1.5
+    figures = bench.request_figures(records, (window[0], window[0] + 10), rows=1)
+    assert figures["latency_max_s"] > 1.5
