@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -114,42 +113,6 @@ def test_a_failing_view_shows_the_error_and_recover_brings_it_back(project):
     assert outcomes[0] == "rebuilt"
     assert_views_match_raw(project)
     assert project.status("hourly")[0].status == "active"
-
-
-def test_a_refresh_whose_spark_jobs_are_cancelled_applies_nothing_and_is_no_error_of_the_view(project, monkeypatch):
-    """Ctrl-C in a process whose SIGINT handler is still pyspark's cancels every Spark job (here: the refreshes'
-    jobs, by their group): the refresh it cuts off applies nothing, the views are not put in `error` (nothing is
-    wrong with them), and the next refresh applies the rows."""
-    from pipeframe.engine.materialize import Materializer
-
-    project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
-    project.append("events", events(("2024-05-01 11:00:00", "b", 2), ("2024-05-02 09:00:00", "c", 3)), views=False)
-    apply_increment, stop = Materializer._apply_increment, threading.Event()
-
-    def long_job_first(self, view):  # in the refresh's own thread: its jobs and only its jobs are in the group
-        self.spark.sparkContext.setJobGroup("long", "runs until cancelled", interruptOnCancel=True)
-        self.spark.range(0, 10**13, 1, 2).selectExpr("sum(id)").collect()
-        return apply_increment(self, view)
-
-    def cancel_every_job() -> None:
-        while not stop.wait(0.2):
-            project.spark.sparkContext.cancelJobGroup("long")
-
-    monkeypatch.setattr(Materializer, "_apply_increment", long_job_first)
-    canceller = threading.Thread(target=cancel_every_job)
-    canceller.start()
-    try:
-        cut = project.refresh()
-    finally:
-        stop.set()
-        canceller.join()
-    monkeypatch.setattr(Materializer, "_apply_increment", apply_increment)
-    assert {v.view: v.outcome for v in cut} == {"hourly": "error", "daily": "error"}
-    assert all("the refresh was cancelled" in v.message and "nothing was applied" in v.message for v in cut)
-    assert [s.status for s in project.status()] == ["active", "active"]
-    assert all(project.warehouse.view_record(name).error is None for name in ("hourly", "daily"))
-    assert {v.view: v.outcome for v in project.refresh()} == {"hourly": "applied", "daily": "applied"}
-    assert_views_match_raw(project)
 
 
 def test_refresh_picks_up_rows_from_other_jobs_and_follows_in_place_changes(project):
