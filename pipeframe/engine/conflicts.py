@@ -28,8 +28,8 @@ def is_conflict(exc: BaseException) -> bool:
 
 # Spark's words for a job cancelled under a refresh (Ctrl-C in a process whose SIGINT handler is pyspark's, which
 # cancels every job; the session stopping): nothing was committed, and the next refresh applies the same rows.
-CANCELLED = ("cancelled as part of cancellation of all jobs", "cancelled because SparkContext was shut down",
-             "cancelled part of cancelled job group", "SparkContext was shut down", "SPARK_JOB_CANCELLED")
+CANCELLED = ("cancelled as part of cancellation of all jobs", "cancelled part of cancelled job group",
+             "SparkContext was shut down", "SPARK_JOB_CANCELLED")
 
 
 def is_cancelled(exc: BaseException) -> bool:

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeframe.tables")
 PARTITION_COLUMN = "__pf_partition"
-_GLOB = re.compile(r"[{}\[\]*?\\%]")
+_GLOB = re.compile(r"[{}\[\]*?\\%]")  # characters Hadoop reads as a glob pattern (or an escape) in a path
 # How Spark says rows brought to the driver did not fit: more than spark.driver.maxResultSize, or its heap.
-_TOO_BIG = re.compile(r"maxResultSize|OutOfMemoryError|Java heap space")  # characters Hadoop reads as a glob pattern (or an escape) in a path
+_TOO_BIG = re.compile(r"maxResultSize|OutOfMemoryError|Java heap space")
 # A view increment of at most this many source rows has its states brought to the driver and appended by
 # `deltaappend` (no Spark write job); a larger one is written by Spark's writer. An aggregating view's states are
 # at most one row per group the increment touches, usually far fewer than its rows: a higher bound keeps a view
