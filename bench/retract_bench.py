@@ -410,7 +410,8 @@ def explanation(results: dict) -> list[str]:
             "their table's files, without a Spark job). The states are written by pyarrow and committed without a "
             "Spark write job (engine/deltaappend.py), and the commit carries no Delta transaction id in a local "
             "warehouse (docs/views.md: the view's file lock keeps refreshers apart). A change made only of deletes "
-            "reads the change feed once (no added rows to look for).")
+            "reads the change feed once and runs the view's query over the removed rows only (no job over the "
+            "added rows, which a DELETE has none of).")
     rec = delete.get("daily_peaks")
     if rec:
         lines.append(
@@ -429,7 +430,9 @@ def explanation(results: dict) -> list[str]:
             f"- **`join-negate`** (`{j['view']}`): an inner join whose states can all be subtracted. The users' "
             "change feed gives the old and new rows of the users who moved; the view appends the states of "
             "`events ⋈ new rows` and the negated states of `events ⋈ old rows`, with `events` as of the view's "
-            "watermark: two scans of the source with the few changed users broadcast, no rebuild. "
+            "watermark: two scans of the source, the few changed users broadcast (a change of at most 100,000 rows: "
+            "the change feed's relation has no size Spark could plan with, and a sort-merge join shuffled all of "
+            "`events`), no rebuild. "
             f"{j['incremental_s']['median']:.1f} s against {j['full_s']['median']:.1f} s. Finding the events of the "
             "changed users needs the scan, since the view's rows no longer know their users. A join view with a "
             "state that cannot be subtracted, or an outer join, recomputes the groups the change touches (`join`).")

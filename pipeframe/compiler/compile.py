@@ -43,6 +43,7 @@ class CompiledView:
     # The other datasources it joins whose changes it follows (every joined table not declared a dimension, for
     # a view with GROUP BY): their appends, updates and deletes recompute the groups they touch.
     joined: tuple[str, ...] = ()
+    follow_ttl: bool = False  # FOLLOW_TTL true: its sources' ENGINE_TTL deletes are retracted like any delete
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,18 @@ class Compiler:
             return None
         return (self.memo.source_key(resource.path) if self.memo else None) or fingerprint(resource)
 
+    def _check_follow_ttl(self, view: CompiledView, nodes: list[Node]) -> None:
+        """PF418 when a view says FOLLOW_TTL true and no table it follows has an ENGINE_TTL. Checked on every run:
+        the view's cache key holds the columns of the tables it reads, not their TTL."""
+        node = next((n for n in nodes if n.follow_ttl), None)
+        followed = [n for n in (view.trigger, *view.joined) if n]
+        if node is None or any((d := self.datasource_defs.get(n)) is not None and d.ttl for n in followed):
+            return
+        names = ", ".join(f"`{n}`" for n in followed) or "no table it reads"
+        self.sink.warning("PF418", f"FOLLOW_TTL true does nothing here: no ENGINE_TTL on {names}.",
+                          "Add ENGINE_TTL to the datasource whose expired rows the view must forget, or remove "
+                          "FOLLOW_TTL.", node.where("FOLLOW_TTL"))
+
     def _upstream_key(self, name: str, depth: int = 0) -> list:
         """What a pipe's view plan reads through the pipes it reads: their definitions and their tables' columns."""
         if depth > 8:
@@ -592,6 +605,7 @@ class Compiler:
                       [(name, self._columns_key(name)) for name in sorted({n for s in scans for n, _ in s.tables})],
                       self._upstream_key(pipe.name))
             view, written = self._memo("view", pipe.name, inputs, lambda: self._compile_view(pipe, nodes, parameters))
+            self._check_follow_ttl(view, nodes)
             if written is not None:  # a kept view carries an equal copy of the declared target: use this run's
                 definition = spark_keys(declared) if declared is not None else None
                 self.datasources[target] = written if written.definition is definition else \
@@ -739,7 +753,8 @@ class Compiler:
         dims = tuple(dict.fromkeys(d for nt in node_trees for d in nt.node.dimensions))
         joined = tuple(dict.fromkeys(name for name, _, _ in tables if name != trigger and name not in dims
                                      and name in self.datasources)) if plan is not None and plan.aggregated else ()
-        return CompiledView(pipe.name, target, trigger, dims, verdict, plan, joined), written
+        follow_ttl = any(node.follow_ttl for node in nodes)  # its own nodes, not an inlined pipe's
+        return CompiledView(pipe.name, target, trigger, dims, verdict, plan, joined, follow_ttl), written
 
     def _trigger_pipe(self, node_trees: list[NodeTree]) -> CompiledPipe | None:
         """The pipe a materialized pipe's first table names, when it is a compiled pipe whose nodes can run on each

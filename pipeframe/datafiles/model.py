@@ -86,6 +86,7 @@ class Node:
     copy_schedule: str | None = None  # cron or @on-demand
     dimensions: tuple[str, ...] = ()  # tables joined as dimension lookups (no trigger)
     count_distinct: str | None = None  # opt-in rewrite of count(DISTINCT x): exact | sketch
+    follow_ttl: bool = False  # a materialized node: retract the rows its sources' ENGINE_TTL deletes
     templated: bool = False  # first line was `%` (templates are detected anyway)
     keyword_locations: tuple[tuple[str, Location], ...] = ()
 

@@ -28,7 +28,7 @@ DATASOURCE_KEYWORDS = {
 PIPE_KEYWORDS = {"DESCRIPTION", "TOKEN", "TAGS", "VERSION", "NODE"}
 NODE_KEYWORDS = {
     "SQL", "DESCRIPTION", "TYPE", "DATASOURCE", "TARGET_DATASOURCE", "COPY_MODE", "COPY_SCHEDULE",
-    "DIMENSIONS", "COUNT_DISTINCT", "NODE", "TOKEN", "TAGS", "ENGINE", "ENGINE_PARTITION_KEY",
+    "DIMENSIONS", "COUNT_DISTINCT", "FOLLOW_TTL", "NODE", "TOKEN", "TAGS", "ENGINE", "ENGINE_PARTITION_KEY",
     "ENGINE_SORTING_KEY", "ENGINE_TTL", "ENGINE_SETTINGS",
 }
 BLOCK_KEYWORDS = {"SCHEMA", "SQL", "FORWARD_QUERY", "INDEXES"}
@@ -419,6 +419,13 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
                        "Use exact (a set state) or sketch (an HLL state).", st.location)
             return
         node["count_distinct"] = value.lower()
+    elif kw == "FOLLOW_TTL":
+        if value.lower() not in ("true", "false"):
+            sink.error("PF101", f"FOLLOW_TTL `{value}` is not understood.",
+                       "Write `FOLLOW_TTL true` (the view forgets the rows its source's ENGINE_TTL deletes) or "
+                       "`FOLLOW_TTL false` (the default: it keeps their aggregates).", st.location)
+            return
+        node["follow_ttl"] = value.lower() == "true"
     elif kw == "TOKEN":
         token = parse_token(st, "READ", sink)
         if token:

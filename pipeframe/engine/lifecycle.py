@@ -105,7 +105,8 @@ class Lifecycle:
                 latest = tables.latest_commit(self.spark, source.path)
                 source_version = latest.version
                 if watermark.source_version is not None:
-                    lag, lag_seconds = self._lag(source.path, watermark.source_version, latest.version)
+                    lag, lag_seconds = self._lag(source.path, watermark.source_version, latest.version,
+                                                  view.state.follow_ttl)
         except Exception as exc:  # noqa: BLE001
             problem = problem or f"cannot read its source `{view.state.source}`: {first_line(exc)}"
         reason = record.error or problem or record.stale_reason
@@ -122,11 +123,12 @@ class Lifecycle:
         recent = [c for c in tables.history(self.spark, path, 200) if c.epoch >= since]
         return sum(int(c.metadata.get("rows") or 0) for c in recent) / RATE_SECONDS
 
-    def _lag(self, source_path: str, applied: int, latest: int) -> tuple[int, float]:
+    def _lag(self, source_path: str, applied: int, latest: int, follow_ttl: bool) -> tuple[int, float]:
         """Source commits with rows not applied yet, and how long the oldest of them has waited."""
         if latest <= applied:
             return 0, 0.0
-        pending = [c for c in tables.commits_between(self.spark, source_path, applied, latest) if c.changes_data]
+        commits = tables.as_followed(tables.commits_between(self.spark, source_path, applied, latest), follow_ttl)
+        pending = [c for c in commits if c.changes_data]
         return len(pending), max(0.0, time.time() - min(c.epoch for c in pending)) if pending else 0.0
 
     def pause(self, name: str, permanent: bool = False) -> ViewRecord:

@@ -10,7 +10,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,10 @@ _TOO_BIG = re.compile(r"maxResultSize|OutOfMemoryError|Java heap space")
 # paying a Spark write job, which would put it further behind.
 DIRECT_ROWS = 200_000
 DIRECT_ROWS_AGGREGATED = 1_000_000
+# A change of at most this many rows has its removed and added rows broadcast where a view's query joins them: the
+# change feed's relation has no size Spark can plan with, and a sort-merge join would shuffle the whole table they
+# join (a view following a 1% update of a 100,000-row dimension joined with 10M rows: 4.3-6.7 s, broadcast 2.8-3.2 s).
+BROADCAST_ROWS = 100_000
 _CHECKPOINTING: set[str] = set()  # tables whose checkpoint a thread of `checkpoint_later` is writing
 _CHECKPOINTS_GUARD = threading.Lock()
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -176,6 +180,15 @@ def commits_between(spark: SparkSession, path: str, after: int, upto: int) -> li
     return sorted(commits, key=lambda c: c.version)
 
 
+def as_followed(commits: list[Commit], follow_ttl: bool) -> list[Commit]:
+    """Commits as a view reads them: a view with FOLLOW_TTL true takes its tables' ENGINE_TTL deletes (tagged
+    `"op": "ttl"`, neutral to every other view) as the deletes they are."""
+    if not follow_ttl:
+        return commits
+    return [replace(c, metadata={k: v for k, v in c.metadata.items() if k != "op"})
+            if c.metadata.get("op") == "ttl" else c for c in commits]
+
+
 def read_watermark(spark: SparkSession, path: str) -> Watermark:
     """The newest watermark a view's table records (in the userMetadata of its newest state commit)."""
     limit: int | None = 20
@@ -224,7 +237,8 @@ def read_changes(spark: SparkSession, source: ResourceState, path: str, commits:
 def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
                      commits: Iterable[Commit]) -> tuple[DataFrame, DataFrame]:
     """(added, removed): the rows `commits` inserted (and the new images of updated rows), and the rows they
-    deleted (and the old images of updated rows), from Delta's change data feed; neutral commits skipped."""
+    deleted (and the old images of updated rows), from Delta's change data feed; neutral commits skipped. Both are
+    broadcast where a query joins them when the commits changed at most BROADCAST_ROWS rows."""
     commits = list(commits)
     wanted = [c.version for c in commits if not c.neutral]
     columns = [f"`{name}`" for name, _ in source.columns]
@@ -239,11 +253,18 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
     skipped = [c.version for c in commits if c.neutral and min(wanted) < c.version < max(wanted)]
     if skipped:
         frame = frame.where(f"_commit_version NOT IN ({', '.join(map(str, skipped))})")
+    if sum(c.changed_rows for c in commits) <= BROADCAST_ROWS:
+        frame = frame.hint("broadcast")
     removed = frame.where("_change_type IN ('delete', 'update_preimage')").select(*columns)
-    if all(c.operation == "DELETE" for c in commits if not c.neutral):  # nothing added: no second scan of the feed
+    if not adds_rows(commits):  # no second scan of the feed
         return empty(), removed
     added = frame.where("_change_type IN ('insert', 'update_postimage')").select(*columns)
     return added, removed
+
+
+def adds_rows(commits: Iterable[Commit]) -> bool:
+    """Whether `commits` may have added rows: the change feed of DELETEs has only removed ones."""
+    return any(c.operation != "DELETE" for c in commits if not c.neutral)
 
 
 def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version: int) -> DataFrame:

@@ -310,7 +310,8 @@ def describe(want: ResourceState, have: ResourceState) -> tuple[str, ...]:
     if both_views:
         fields += [("view pipe", have.view_pipe, want.view_pipe), ("source", have.source, want.source),
                    ("follows joined tables", have.joined, want.joined),
-                   ("group keys", have.keys, want.keys), ("backfill", have.backfill, want.backfill)]
+                   ("group keys", have.keys, want.keys), ("backfill", have.backfill, want.backfill),
+                   ("follows TTL deletes", "yes" if have.follow_ttl else "no", "yes" if want.follow_ttl else "no")]
     fields += [("ttl", have.ttl, want.ttl), ("engine", have.engine, want.engine)]
     lines += [f"{label}: {_show(old)} → {_show(new)}" for label, old, new in fields if old != new]
     if both_views and want.state_sql != have.state_sql:

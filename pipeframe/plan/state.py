@@ -44,6 +44,7 @@ class ResourceState:
     compact_sql: str | None = None  # SELECT over `{table}` that folds state rows into one row per key
     negate_sql: str | None = None  # SELECT over state rows `{table}` that subtracts them; None: not invertible
     backfill: str | None = None  # "skip" or None
+    follow_ttl: bool = False  # retract the rows its source's (and joined tables') ENGINE_TTL deletes
     # Metadata (an ALTER without moving data):
     description: str = ""
     ttl: str | None = None
@@ -137,6 +138,7 @@ def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]
                 compact_sql=plan.compact_sql("{table}") if plan is not None else None,
                 negate_sql=plan.negate_sql("{table}") if plan is not None else None,
                 backfill=definition.backfill if definition else None,
+                follow_ttl=view.follow_ttl if view is not None else False,
                 description=definition.description if definition else "",
                 ttl=definition.ttl if definition else None,
                 tokens=tuple((t.name, t.scope) for t in definition.tokens) if definition else (),

@@ -189,6 +189,68 @@ def test_populate_refuses_to_count_a_fully_backfilled_view_twice(project):
     assert_views_match_raw(project)
 
 
+def test_a_view_with_follow_ttl_forgets_the_rows_its_source_ttl_deletes(spark, spark_config):
+    """ENGINE_TTL on a landing datasource deletes raw rows; views keep their aggregates unless they say FOLLOW_TTL
+    true, which retracts them like any delete (an invertible view and one whose max is recomputed)."""
+    root = Path(spark_config.root) / "views" / "follow_ttl"
+    shutil.rmtree(root, ignore_errors=True)
+    query = "SELECT user_id, count() AS n, sum(amount) AS total, max(ts) AS last FROM events GROUP BY user_id"
+    files = {"datasources/events.datasource": EVENTS_JSON + "ENGINE_TTL ts + INTERVAL 30 DAYS\n",
+             "pipes/kept.pipe": f"NODE n\nSQL >\n    {query}\nTYPE materialized\nDATASOURCE kept\n",
+             "pipes/followed.pipe": f"NODE n\nSQL >\n    {query}\nTYPE materialized\nDATASOURCE followed\n"
+                                    "FOLLOW_TTL true\n",
+             "pipes/counted.pipe": "NODE n\nSQL >\n    SELECT count() AS n, sum(amount) AS total FROM events\n"
+                                   "TYPE materialized\nDATASOURCE counted\nFOLLOW_TTL true\n"}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "pipeframe.yaml").write_text("name: follow_ttl\n")
+    p = Project(root, spark=spark, environ={})
+    assert p.check().ok
+    p.deploy()
+    old, new = "2020-01-01 10:00:00", "2999-01-01 10:00:00"  # expired, and not for a long while
+    p.append("events", events((old, "a", 1), (old, "b", 2), (new, "b", 3), (new, "c", 4), (old, "c", 50)))
+    before = rows(p, "SELECT user_id, count(*), sum(amount), max(ts) FROM events GROUP BY 1 ORDER BY 1")
+    p.optimize("events")  # deletes the rows past the TTL
+    assert rows(p, "SELECT count(*) FROM events") == [(2,)]
+    assert {s.name: s.lag_versions for s in p.status()} == {"kept": 0, "followed": 1, "counted": 1}  # what waits for them
+    views = {v.view: v for v in p.refresh()}
+    assert {(v.outcome, v.path) for n, v in views.items() if n != "kept"} == {("applied", "recompute"),
+                                                                              ("applied", "negate")}
+    now = rows(p, "SELECT user_id, count(*), sum(amount), max(ts) FROM events GROUP BY 1 ORDER BY 1")
+    assert rows(p, "SELECT user_id, n, total, last FROM followed ORDER BY 1") == now  # `a` is gone, b and c shrank
+    assert rows(p, "SELECT n, total FROM counted") == [(2, 7)]
+    assert rows(p, "SELECT user_id, n, total, last FROM kept ORDER BY 1") == before
+
+
+def test_the_rows_of_a_small_change_are_broadcast_where_a_query_joins_them(project, monkeypatch):
+    """A view joining a change's rows with a big table must not shuffle the big table (a sort-merge join): the
+    change feed's relation has no size Spark can plan with, so rows of a small change carry a broadcast hint."""
+    from pipeframe.engine import tables
+
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-01 11:00:00", "b", 2)))
+    project.delete("events", "user_id = 'a'")
+    source = project.snapshot.table("events")
+    latest = tables.latest_commit(project.spark, source.path).version
+    commits = tables.commits_between(project.spark, source.path, latest - 1, latest)
+    assert [c.operation for c in commits] == ["DELETE"] and not tables.adds_rows(commits)
+
+    def plan() -> str:
+        _added, removed = tables.read_change_rows(project.spark, source.state, source.path, commits)
+        assert [tuple(r) for r in removed.select("user_id", "amount").collect()] == [("a", 1)]
+        big = project.spark.range(1000).selectExpr("CAST(id AS STRING) AS user_id")
+        return big.join(removed, "user_id")._jdf.queryExecution().executedPlan().toString()
+
+    threshold = project.spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    project.spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # only hints broadcast
+    try:
+        assert "BroadcastHashJoin" in plan()
+        monkeypatch.setattr(tables, "BROADCAST_ROWS", 0)  # a change too big to broadcast
+        assert "BroadcastHashJoin" not in plan()
+    finally:
+        project.spark.conf.set("spark.sql.autoBroadcastJoinThreshold", threshold)
+
+
 def test_delete_and_replace_where_reach_the_views_and_a_full_replace_rebuilds_them(project):
     project.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-02 10:00:00", "b", 2),
                                     ("2024-05-02 11:00:00", "a", 5)))

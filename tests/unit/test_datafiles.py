@@ -279,6 +279,7 @@ TYPE Materialized
 DATASOURCE sales_by_product
 DIMENSIONS products, `users`
 COUNT_DISTINCT Sketch
+FOLLOW_TTL True
 """,
         "snap.pipe": """\
 NODE snapshot
@@ -295,7 +296,7 @@ COPY_SCHEDULE 0 1 * * *
     mv = pipe(resources, "mv").nodes[0]
     assert (mv.type, mv.datasource, mv.target_datasource) == ("materialized", "sales_by_product", None)
     assert mv.dimensions == ("products", "users")  # backticks dropped, as in ENGINE_SORTING_KEY
-    assert mv.count_distinct == "sketch"
+    assert mv.count_distinct == "sketch" and mv.follow_ttl is True
     assert mv.where("DATASOURCE") == Location("mv.pipe", 6, 1)
     snap = pipe(resources, "snap").nodes[0]
     assert (snap.type, snap.target_datasource, snap.copy_mode, snap.copy_schedule, snap.datasource) == (
@@ -310,6 +311,9 @@ COPY_SCHEDULE 0 1 * * *
     ("COPY_MODE upsert", "COPY_MODE `upsert` is not understood.", "Use append or replace."),
     ("COUNT_DISTINCT fuzzy", "COUNT_DISTINCT `fuzzy` is not understood.",
      "Use exact (a set state) or sketch (an HLL state)."),
+    ("FOLLOW_TTL yes", "FOLLOW_TTL `yes` is not understood.",
+     ("Write `FOLLOW_TTL true` (the view forgets the rows its source's ENGINE_TTL deletes) or `FOLLOW_TTL false` "
+      "(the default: it keeps their aggregates).")),
 ])
 def test_bad_node_setting_values(tmp_path, line, message, hint):
     _, diags = load(tmp_path, {"p.pipe": f"NODE a\nSQL >\n    SELECT 1\n{line}\n"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeframe.project import Project
+from tests.conftest import SALES
 
 
 def mv(sql: str, extra: str = "") -> str:
@@ -112,6 +113,17 @@ def test_a_join_in_a_view_without_group_by_warns_that_only_the_first_table_trigg
     assert report.ok and view.trigger == "sales" and view.joined == ()
     report, view = check(make_project, sql, extra="DIMENSIONS products\n")
     assert not [d for d in report.diagnostics if d.code == "PF410"]
+
+
+def test_follow_ttl_warns_when_no_table_the_view_follows_has_a_ttl(make_project):
+    sql = "SELECT p.category, count(*) AS n\nFROM sales s\nJOIN products p ON s.product = p.product\nGROUP BY 1"
+    report, view = check(make_project, sql, extra="FOLLOW_TTL true\n")
+    warnings = [d for d in report.warnings if d.code == "PF418"]
+    assert report.ok and view.follow_ttl and len(warnings) == 1 and warnings[0].location.line == 7
+    assert warnings[0].message == "FOLLOW_TTL true does nothing here: no ENGINE_TTL on `sales`, `products`."
+    root = make_project({"pipes/view.pipe": mv(sql, "FOLLOW_TTL true\n"),
+                         "datasources/sales.datasource": SALES + "ENGINE_TTL ts + INTERVAL 1 DAY\n"})
+    assert not [d for d in Project(root).check().diagnostics if d.code == "PF418"]
 
 
 def test_order_by_warns_and_is_dropped_from_the_views_query(make_project):

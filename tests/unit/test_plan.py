@@ -249,6 +249,11 @@ def test_backfill_skip_summaries(evolve):
     assert pending(rebuilt)["datasource:hourly"] == ("rebuild", "rebuild, no backfill (BACKFILL skip)")
 
 
+def test_following_ttl_deletes_is_an_alter_that_moves_no_data(evolve):
+    change = by_key(evolve({"pipes/hourly.pipe": HOURLY + "FOLLOW_TTL true\n"}))["datasource:hourly"]
+    assert (change.action, change.details) == ("alter", ("follows TTL deletes: no → yes",))
+
+
 def test_landing_table_turned_into_a_view_target_is_destructive(evolve):
     target = "SCHEMA >\n    `hour` TIMESTAMP,\n    `n` BIGINT,\n    `total` BIGINT\n"
     before = {"datasources/hourly.datasource": target, "pipes/hourly.pipe": None, "pipes/daily.pipe": None,
