@@ -443,16 +443,24 @@ class Compiler:
         return (self.memo.source_key(resource.path) if self.memo else None) or fingerprint(resource)
 
     def _check_follow_ttl(self, view: CompiledView, nodes: list[Node]) -> None:
-        """PF418 when a view says FOLLOW_TTL true and no table it follows has an ENGINE_TTL. Checked on every run:
-        the view's cache key holds the columns of the tables it reads, not their TTL."""
+        """PF418 when a view says FOLLOW_TTL true and no table it follows has an ENGINE_TTL, or its target says
+        BACKFILL skip. Checked on every run: the view's cache key holds the columns of the tables it reads, not
+        their TTL."""
         node = next((n for n in nodes if n.follow_ttl), None)
-        followed = [n for n in (view.trigger, *view.joined) if n]
-        if node is None or any((d := self.datasource_defs.get(n)) is not None and d.ttl for n in followed):
+        if node is None:
             return
-        names = ", ".join(f"`{n}`" for n in followed) or "no table it reads"
-        self.sink.warning("PF418", f"FOLLOW_TTL true does nothing here: no ENGINE_TTL on {names}.",
-                          "Add ENGINE_TTL to the datasource whose expired rows the view must forget, or remove "
-                          "FOLLOW_TTL.", node.where("FOLLOW_TTL"))
+        followed = [n for n in (view.trigger, *view.joined) if n]
+        target = self.datasource_defs.get(view.target)
+        if not any((d := self.datasource_defs.get(n)) is not None and d.ttl for n in followed):
+            names = ", ".join(f"`{n}`" for n in followed) or "no table it reads"
+            self.sink.warning("PF418", f"FOLLOW_TTL true does nothing here: no ENGINE_TTL on {names}.",
+                              "Add ENGINE_TTL to the datasource whose expired rows the view must forget, or remove "
+                              "FOLLOW_TTL.", node.where("FOLLOW_TTL"))
+        elif target is not None and target.backfill == "skip":
+            self.sink.warning("PF418", f"FOLLOW_TTL true with BACKFILL skip on `{view.target}`: the TTL expires the "
+                              "oldest rows first, which this view never counted, and taking them out would take them "
+                              "from the rows it did count.", f"Fill its history first (`pipeframe populate "
+                              f"{view.target}`), or remove BACKFILL skip or FOLLOW_TTL.", node.where("FOLLOW_TTL"))
 
     def _upstream_key(self, name: str, depth: int = 0) -> list:
         """What a pipe's view plan reads through the pipes it reads: their definitions and their tables' columns."""

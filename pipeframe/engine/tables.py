@@ -100,6 +100,15 @@ class Commit:
         return any(v is None or str(v) != "0" for v in values)
 
     @property
+    def counts_rows(self) -> bool:
+        """Whether `changed_rows` counts every row the commit changed: an append, or a DELETE, UPDATE or MERGE that
+        recorded its counters (an overwrite does not count the rows it removes)."""
+        if self.operation == "WRITE":
+            return not self.rewrites_rows() and "numOutputRows" in self.metrics
+        counters = REWRITING_OPS.get(self.operation) if self.operation in ("DELETE", "UPDATE", "MERGE") else None
+        return bool(counters) and all(self.metrics.get(c) is not None for c in counters)
+
+    @property
     def added_rows(self) -> int:
         """Rows a write added: its output rows less the rows it only copied (a replaceWhere rewrites files)."""
         return int(self.metrics.get("numOutputRows") or 0) - int(self.metrics.get("numCopiedRows") or 0)
@@ -237,8 +246,9 @@ def read_changes(spark: SparkSession, source: ResourceState, path: str, commits:
 def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
                      commits: Iterable[Commit]) -> tuple[DataFrame, DataFrame]:
     """(added, removed): the rows `commits` inserted (and the new images of updated rows), and the rows they
-    deleted (and the old images of updated rows), from Delta's change data feed; neutral commits skipped. Both are
-    broadcast where a query joins them when the commits changed at most BROADCAST_ROWS rows."""
+    deleted (and the old images of updated rows), from Delta's change data feed; neutral commits skipped. Both carry
+    a broadcast hint (taken where a query joins them as they are) when the commits count their rows
+    (`Commit.counts_rows`) and changed at most BROADCAST_ROWS of them."""
     commits = list(commits)
     wanted = [c.version for c in commits if not c.neutral]
     columns = [f"`{name}`" for name, _ in source.columns]
@@ -253,7 +263,8 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
     skipped = [c.version for c in commits if c.neutral and min(wanted) < c.version < max(wanted)]
     if skipped:
         frame = frame.where(f"_commit_version NOT IN ({', '.join(map(str, skipped))})")
-    if sum(c.changed_rows for c in commits) <= BROADCAST_ROWS:
+    changing = [c for c in commits if c.changes_data]
+    if all(c.counts_rows for c in changing) and sum(c.changed_rows for c in changing) <= BROADCAST_ROWS:
         frame = frame.hint("broadcast")
     removed = frame.where("_change_type IN ('delete', 'update_preimage')").select(*columns)
     if not adds_rows(commits):  # no second scan of the feed
@@ -263,8 +274,9 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
 
 
 def adds_rows(commits: Iterable[Commit]) -> bool:
-    """Whether `commits` may have added rows: the change feed of DELETEs has only removed ones."""
-    return any(c.operation != "DELETE" for c in commits if not c.neutral)
+    """Whether `commits` may have added rows: the change feed of DELETEs has only removed ones (and maintenance,
+    e.g. the OPTIMIZE after a TTL's delete, none)."""
+    return any(c.operation != "DELETE" for c in commits if c.changes_data)
 
 
 def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version: int) -> DataFrame:

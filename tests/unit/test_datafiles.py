@@ -305,6 +305,13 @@ COPY_SCHEDULE 0 1 * * *
     assert (ondemand.type, ondemand.copy_mode, ondemand.copy_schedule) == ("copy", None, "@on-demand")
 
 
+def test_a_lowercase_node_setting_after_the_sql_ends_the_sql_block(tmp_path):
+    resources, diags = load(tmp_path, {"p.pipe": "NODE a\nSQL >\n    SELECT 1\nfollow_ttl true\n"
+                                                 "type materialized\ndatasource t\n"})
+    node = pipe(resources, "p").nodes[0]
+    assert diags == [] and node.sql.strip() == "SELECT 1" and node.follow_ttl is True
+
+
 @pytest.mark.parametrize("line, message, hint", [
     ("TYPE materialised", "TYPE `materialised` is not a node type.", "Did you mean materialized?"),
     ("TYPE table", "TYPE `table` is not a node type.", "Use endpoint, materialized or copy."),

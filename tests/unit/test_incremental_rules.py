@@ -124,6 +124,12 @@ def test_follow_ttl_warns_when_no_table_the_view_follows_has_a_ttl(make_project)
     root = make_project({"pipes/view.pipe": mv(sql, "FOLLOW_TTL true\n"),
                          "datasources/sales.datasource": SALES + "ENGINE_TTL ts + INTERVAL 1 DAY\n"})
     assert not [d for d in Project(root).check().diagnostics if d.code == "PF418"]
+    (root / "datasources/target.datasource").write_text(
+        "SCHEMA >\n    `category` STRING,\n    `n` BIGINT\nBACKFILL skip\n")  # would retract rows never counted
+    report = Project(root).check()
+    warnings = [d for d in report.warnings if d.code == "PF418"]
+    assert report.ok and len(warnings) == 1 and "BACKFILL skip on `target`" in warnings[0].message
+    assert "pipeframe populate target" in warnings[0].hint
 
 
 def test_order_by_warns_and_is_dropped_from_the_views_query(make_project):

@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 
 from pipeframe.engine.materialize import _joined_monotonically
-from pipeframe.engine.tables import Commit
+from pipeframe.engine.tables import Commit, adds_rows, as_followed
 from pipeframe.plan.state import desired_state
 from pipeframe.project import Project
 from tests.unit.test_incremental_rules import mv
@@ -84,3 +84,25 @@ def test_a_commits_rows_leave_out_the_rows_it_only_copied():
     assert commit("DELETE", numDeletedRows=3, numCopiedRows=90).changed_rows == 3
     assert commit("MERGE", numTargetRowsInserted=2, numTargetRowsUpdated=1, numTargetRowsDeleted=4).changed_rows == 7
     assert commit("OPTIMIZE", numOutputRows=50).changed_rows == 0
+
+
+def test_which_commits_count_the_rows_they_changed_and_which_may_add_rows():
+    """A change's rows are broadcast only when every commit counts them (an overwrite does not count what it
+    removes); a DELETE, with or without the OPTIMIZE after it, adds none."""
+    overwrite = Commit(1, datetime(2024, 1, 1), 0.0, "WRITE", {"mode": "Overwrite"}, {"numOutputRows": "10"})
+    assert commit("WRITE", numOutputRows=10).counts_rows and not overwrite.counts_rows
+    assert commit("DELETE", numDeletedRows=3).counts_rows and not commit("DELETE").counts_rows
+    assert commit("MERGE", numTargetRowsInserted=2, numTargetRowsUpdated=1, numTargetRowsDeleted=0).counts_rows
+    assert not commit("TRUNCATE").counts_rows
+    assert not adds_rows([commit("DELETE", numDeletedRows=3), commit("OPTIMIZE", numOutputRows=50)])
+    assert adds_rows([commit("DELETE", numDeletedRows=3), commit("UPDATE", numUpdatedRows=1)])
+    assert adds_rows([overwrite])
+
+
+def test_a_view_following_ttl_reads_the_ttl_delete_as_a_delete():
+    ttl = Commit(2, datetime(2024, 1, 1), 0.0, "DELETE", {}, {"numDeletedRows": "4"}, {"op": "ttl", "other": 1})
+    assert not ttl.changes_data and not ttl.rewrites_rows() and ttl.changed_rows == 0  # every other view skips it
+    assert as_followed([ttl], False) == [ttl]
+    followed = as_followed([ttl, commit("WRITE", numOutputRows=1)], True)
+    assert followed[0].changes_data and followed[0].rewrites_rows() and followed[0].changed_rows == 4
+    assert followed[0].metadata == {"other": 1} and followed[1] == commit("WRITE", numOutputRows=1)
