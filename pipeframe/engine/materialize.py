@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.states import BATCH_RELATION
-from pipeframe.engine import tables
+from pipeframe.engine import partials, tables
 from pipeframe.engine.conflicts import is_cancelled, is_conflict, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
@@ -268,7 +268,7 @@ class Materializer:
             try:
                 path, written = self._apply_changes(view, source, commits, watermark, rows, joined)
             except Exception as exc:
-                if not _history_gone(exc):
+                if not tables.history_gone(exc):
                     raise
                 return self._mark_stale(view, f"the change feed of `{state.source}` from version {applied + 1} is "
                                               f"no longer kept (vacuumed): {first_line(exc)}")
@@ -336,13 +336,13 @@ class Materializer:
         `pipeframe:<view>:<table>`), with the source as of the view's watermark:
 
         - join-negate: an inner join (or FROM list) whose states can all be subtracted, read by no view: the states
-          of the source joined with the table's added rows, and negated with its removed rows, are appended;
+          of the source joined with the table's added rows, and negated with its removed rows, are appended; the
+          source is read as its partial states where the view's aggregates read only the source (`_partials`);
         - join: otherwise the groups the change touches are recomputed with the table as of now and replace
           their rows.
 
         The path of the last commit made ('' when none); a ViewRefresh when the view went stale."""
         state, recorded, committed = view.state, dict(watermark.joined), ""
-        keys = state.keys
         for name in state.joined:
             table = self.deployed.table(name)
             if table is None or not table.path:
@@ -359,8 +359,6 @@ class Materializer:
                                               f"does not describe ({unfollowed[0].describe()})")
             if not any(c.changes_data for c in commits):
                 continue
-            added, removed = tables.read_change_rows(self.spark, table.state, table.path, commits)
-            rows = tables.read_snapshot(self.spark, source.state, source.path or "", watermark.source_version or 0)
             self._register_lookups(state)
             pins = self._pinned(view, recorded)
             monotonic = _joined_monotonically(state.state_sql or "", name)
@@ -372,25 +370,20 @@ class Materializer:
                       "metadata": {"path": path, "joined": dict(recorded),
                                    "rows": sum(c.changed_rows for c in commits)}}
             try:
-                if path == "join-negate":  # a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added
-                    written = tables.write_states(self._signed(view, rows, rows, {**pins, name: added},
-                                                               {**pins, name: removed}, tables.adds_rows(commits)),
-                                                  state, view.path or "", **commit)
+                signed, kept = self._partials(view, source, watermark.source_version or 0, name) \
+                    if path == "join-negate" else (None, None)
+                if kept is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
+                    self.on_step(f"partials kept {state.name}:{name}")
+                    commit["metadata"]["partials"] = True
+                    changed = tables.read_signed_rows(self.spark, table.state, table.path, commits)
+                    # few state rows (the groups the changed rows' join rows fall in): brought to the driver
+                    written = tables.write_states(self._states(view, kept, {**pins, name: changed}, sql=signed),
+                                                  state, view.path or "", direct=self.direct_commit, **commit)
                 else:
-                    now = self._states(view, rows, {**pins, name: tables.read_snapshot(
-                        self.spark, table.state, table.path, latest)})
-                    if monotonic:  # the groups of the changed rows' join rows
-                        touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
-                    else:  # an outer join, or a subquery over the table: the groups whose states differ
-                        before = tables.read_snapshot(self.spark, table.state, table.path, start) if start >= 0 \
-                            else self.spark.createDataFrame([], table.state.schema)
-                        old = self._states(view, rows, {**pins, name: before})
-                        touched = old.exceptAll(now).unionByName(now.exceptAll(old))
-                    touched = touched.select(*[f"`{k}`" for k in keys])
-                    written = tables.replace_groups(self.spark, state, view.path or "", keys, touched,
-                                                    _semi(now, keys, touched), **commit)
+                    written = self._join_change(view, source, watermark.source_version or 0, name, start, commits,
+                                                pins, path, commit)
             except Exception as exc:
-                if not _history_gone(exc):
+                if not tables.history_gone(exc):
                     raise
                 return self._mark_stale(view, f"the change feed of the joined table `{name}` from version "
                                               f"{start + 1} is no longer kept (vacuumed): {first_line(exc)}")
@@ -399,6 +392,40 @@ class Materializer:
             with self._cache_lock:
                 self._recent.pop(view.path or "", None)
         return committed
+
+    def _join_change(self, view: DeployedResource, source: DeployedResource, version: int, name: str, start: int,
+                     commits: list[tables.Commit], pins: dict[str, DataFrame], path: str, commit: dict) -> bool:
+        """Apply a joined table's `commits` to the view from its source as of `version`, along `path` (`join-negate`
+        or `join`, `_follow_joined`); whether Delta took the commit."""
+        state, table = view.state, self.table(name)
+        added, removed = tables.read_change_rows(self.spark, table.state, table.path or "", commits)
+        rows = tables.read_snapshot(self.spark, source.state, source.path or "", version)
+        if path == "join-negate":  # a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added
+            return tables.write_states(self._signed(view, rows, rows, {**pins, name: added}, {**pins, name: removed},
+                                                    tables.adds_rows(commits)), state, view.path or "", **commit)
+        now = self._states(view, rows, {**pins, name: tables.read_snapshot(self.spark, table.state, table.path or "",
+                                                                           commits[-1].version)})
+        if _joined_monotonically(state.state_sql or "", name):  # the groups of the changed rows' join rows
+            touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
+        else:  # an outer join, or a subquery over the table: the groups whose states differ
+            before = tables.read_snapshot(self.spark, table.state, table.path or "", start) if start >= 0 \
+                else self.spark.createDataFrame([], table.state.schema)
+            old = self._states(view, rows, {**pins, name: before})
+            touched = old.exceptAll(now).unionByName(now.exceptAll(old))
+        touched = touched.select(*[f"`{k}`" for k in state.keys])
+        return tables.replace_groups(self.spark, state, view.path or "", state.keys, touched,
+                                     _semi(now, state.keys, touched), **commit)
+
+    def _partials(self, view: DeployedResource, source: DeployedResource, version: int,
+                  table: str) -> tuple[str | None, DataFrame | None]:
+        """(the view's query over its source's partial states and `table`'s signed changed rows, the partial states
+        as of source `version`), or (None, None) when the view cannot use them (engine/partials.py)."""
+        derived = partials.derive(view, self.deployed)
+        signed = dict(derived.signed_sql).get(table) if derived else None
+        if derived is None or signed is None:
+            return None, None
+        kept = partials.current(self.spark, self._query(view), self.warehouse.uri, source, version, derived)
+        return (signed, kept) if kept is not None else (None, None)
 
     def _children(self, view: DeployedResource) -> list[DeployedResource]:
         """The views that read this view's rows."""
@@ -418,11 +445,12 @@ class Materializer:
         return {name: tables.latest_commit(self.spark, t.path).version for name in view.state.joined
                 if (t := self.deployed.table(name)) is not None and t.path}
 
-    def _states(self, view: DeployedResource, rows: DataFrame, pins: dict[str, DataFrame] | None = None) -> DataFrame:
-        """The view's query over `rows` of its source (and `pins`: joined tables as given frames, instead of by
-        name): the state rows (or plain rows) they make."""
+    def _states(self, view: DeployedResource, rows: DataFrame, pins: dict[str, DataFrame] | None = None,
+                sql: str | None = None) -> DataFrame:
+        """The view's query (or `sql`, another query over its `__pf_batch`) over `rows` of its source (and `pins`:
+        joined tables as given frames, instead of by name): the state rows (or plain rows) they make."""
         relation = self._register(rows, f"{BATCH_RELATION}_{view.state.name}")
-        sql = _BATCH_NAME.sub(relation, view.state.state_sql or "")
+        sql = _BATCH_NAME.sub(relation, view.state.state_sql or "" if sql is None else sql)
         if pins:
             sql = _renamed(sql, {name: self._register(frame, f"__pf_joined_{view.state.name}_{name}")
                                  for name, frame in pins.items()})
@@ -439,6 +467,10 @@ class Materializer:
         """State rows that take `rows` back out of the view when merged."""
         relation = self._register(self._states(view, rows, pins), f"__pf_removed_{view.state.name}")
         return self.spark.sql((view.state.negate_sql or "").replace("{table}", relation))
+
+    def _query(self, view: DeployedResource) -> Callable[[str, DataFrame], DataFrame]:
+        """Runs SQL that reads `__pf_batch` over given rows (registered for this refresh)."""
+        return lambda sql, rows: self._states(view, rows, sql=sql)
 
     def _drop_temp_views(self) -> None:
         with self._cache_lock:
@@ -665,6 +697,8 @@ class Materializer:
             with table_lock(path):
                 self.spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
             self._vacuum(path, retention_hours)
+            for kept in partials.kept(path):  # join views' partial states of this source: overwritten when folded
+                self._vacuum(kept, retention_hours)
             done.append(state.name)
         return done
 
@@ -810,13 +844,6 @@ def _joined_monotonically(sql: str, table: str) -> bool:
         if any(j.side or (j.kind or "").upper() not in ("", "INNER", "CROSS") for j in joins):
             return False
     return True
-
-
-def _history_gone(exc: Exception) -> bool:
-    """A change-feed read that failed because the files it needs were vacuumed or the log was cleaned."""
-    text = str(exc)
-    return any(s in text for s in ("FileNotFound", "CHANGE_DATA_FILE_NOT_FOUND", "VersionNotFound",
-                                   "DELTA_FILE_NOT_FOUND", "CDC_NOT_ALLOWED"))
 
 
 def _metadata(info: dict) -> str:

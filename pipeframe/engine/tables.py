@@ -250,27 +250,60 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
     a broadcast hint (taken where a query joins them as they are) when the commits count their rows
     (`Commit.counts_rows`) and changed at most BROADCAST_ROWS of them."""
     commits = list(commits)
-    wanted = [c.version for c in commits if not c.neutral]
+    frame = _change_feed(spark, path, commits)
     columns = [f"`{name}`" for name, _ in source.columns]
+    empty = spark.createDataFrame([], source.schema)
+    if frame is None:
+        return empty, empty
+    removed = frame.where(f"_change_type IN {REMOVED_CHANGES}").select(*columns)
+    if not adds_rows(commits):  # no second scan of the feed
+        return empty, removed
+    added = frame.where("_change_type IN ('insert', 'update_postimage')").select(*columns)
+    return added, removed
 
-    def empty() -> DataFrame:
-        return spark.createDataFrame([], source.schema)
 
+def read_signed_rows(spark: SparkSession, source: ResourceState, path: str, commits: Iterable[Commit]) -> DataFrame:
+    """The rows of `read_change_rows` in one frame (one read of the change feed), with a column `__pf_sign`: 1 for
+    an added row, -1 for a removed one."""
+    from pipeframe.compiler.partials import SIGN
+
+    commits = list(commits)
+    frame = _change_feed(spark, path, commits)
+    columns = [f"`{name}`" for name, _ in source.columns]
+    if frame is None:
+        return spark.createDataFrame([], f"{source.schema}, `{SIGN}` INT")
+    return frame.selectExpr(*columns, f"CASE WHEN _change_type IN {REMOVED_CHANGES} THEN -1 ELSE 1 END AS `{SIGN}`")
+
+
+REMOVED_CHANGES = "('delete', 'update_preimage')"
+
+
+def _change_feed(spark: SparkSession, path: str, commits: list[Commit]) -> DataFrame | None:
+    """The change data feed of `commits` (neutral ones skipped; None when that leaves none), with a broadcast hint
+    when they changed few rows (`broadcastable`)."""
+    wanted = [c.version for c in commits if not c.neutral]
     if not wanted:
-        return empty(), empty()
+        return None
     frame = (spark.read.format("delta").option("readChangeFeed", "true")
              .option("startingVersion", min(wanted)).option("endingVersion", max(wanted)).load(path))
     skipped = [c.version for c in commits if c.neutral and min(wanted) < c.version < max(wanted)]
     if skipped:
         frame = frame.where(f"_commit_version NOT IN ({', '.join(map(str, skipped))})")
+    return frame.hint("broadcast") if broadcastable(commits) else frame
+
+
+def broadcastable(commits: Iterable[Commit]) -> bool:
+    """Whether the rows `commits` changed are few enough to broadcast where a query joins them: every commit counts
+    its rows (`Commit.counts_rows`), and they changed at most BROADCAST_ROWS of them."""
     changing = [c for c in commits if c.changes_data]
-    if all(c.counts_rows for c in changing) and sum(c.changed_rows for c in changing) <= BROADCAST_ROWS:
-        frame = frame.hint("broadcast")
-    removed = frame.where("_change_type IN ('delete', 'update_preimage')").select(*columns)
-    if not adds_rows(commits):  # no second scan of the feed
-        return empty(), removed
-    added = frame.where("_change_type IN ('insert', 'update_postimage')").select(*columns)
-    return added, removed
+    return all(c.counts_rows for c in changing) and sum(c.changed_rows for c in changing) <= BROADCAST_ROWS
+
+
+def history_gone(exc: Exception) -> bool:
+    """A change-feed read that failed because the files it needs were vacuumed or the log was cleaned."""
+    text = str(exc)
+    return any(s in text for s in ("FileNotFound", "CHANGE_DATA_FILE_NOT_FOUND", "VersionNotFound",
+                                   "DELTA_FILE_NOT_FOUND", "CDC_NOT_ALLOWED"))
 
 
 def adds_rows(commits: Iterable[Commit]) -> bool:
@@ -423,11 +456,18 @@ def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:
               f"COMMENT {quote_string(state.description)} TBLPROPERTIES ({props})")
 
 
+def partials_path(path: str) -> str:
+    """Where the partial states of a table read by join views are kept (engine/partials.py): beside the table."""
+    return f"{path.rstrip('/')}_partials"
+
+
 def remove_path(spark: SparkSession, path: str) -> None:
-    """Delete a table's folder (local paths directly, any other URI through Hadoop's FileSystem)."""
+    """Delete a table's folder (local paths directly, any other URI through Hadoop's FileSystem), and the partial
+    states kept beside it (only ever in local folders)."""
     folder = local_folder(path)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(partials_path(folder), ignore_errors=True)
         return
     from pipeframe.engine.session import is_connect
     from pipeframe.errors import PipeframeError

@@ -7,6 +7,8 @@ The project: `events` → `hourly` (count, sum; read by `daily`: takes the `fold
 counts: `recompute`, from hourly's rows), and over `events` directly `users` (count, sum: `negate`) and `peaks`
 (max, min, uniqExact: `recompute`). A worker process (tests/spark/retraction_worker.py, its own JVM) appends,
 updates and deletes source rows and runs the retraction refresh; this process kills it, refreshes and checks.
+A second project (`orders` joined with `customers`) kills a refresh once it has kept the partial states of `orders`
+for a change to `customers` (engine/partials.py), before the view's commit.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Self
 
 import pytest
 
-from pipeframe.engine import tables
+from pipeframe.engine import partials, tables
 from pipeframe.project import Project
 from tests.conftest import DAILY, EVENTS, HOURLY, write_project
 from tests.spark.test_crash import events, ndjson
@@ -276,3 +278,54 @@ def test_retraction_killed_at_a_random_moment_leaves_views_whole_and_the_next_re
     before, after = truths(p, start), truths(p, end)
     assert_each_view_whole(view_rows(p), before, after, worker.committed, when)
     assert_recovered(p, p.refresh(), after, worker.committed, when)
+
+
+JOIN_FILES = {
+    "datasources/orders.datasource": "SCHEMA >\n    `oid` INT,\n    `cid` STRING,\n    `amount` INT\n",
+    "datasources/customers.datasource": "SCHEMA >\n    `cid` STRING,\n    `country` STRING\n",
+    "pipes/by_country.pipe": ("NODE n\nSQL >\n    SELECT c.country, count() AS n, sum(o.amount) AS total FROM orders o "
+                              "JOIN customers c ON o.cid = c.cid GROUP BY c.country\nTYPE materialized\n"
+                              "DATASOURCE by_country\n"),
+}
+BY_COUNTRY = "SELECT country, n, total FROM by_country ORDER BY 1"
+BY_COUNTRY_TRUTH = ("SELECT c.country, count(*), sum(o.amount) FROM delta.`{orders}` VERSION AS OF {o} o "
+                    "JOIN delta.`{customers}` VERSION AS OF {c} c ON o.cid = c.cid GROUP BY 1 ORDER BY 1")
+
+
+def test_a_refresh_killed_after_keeping_a_join_views_partial_states_is_finished_by_the_next(spark, spark_config,
+                                                                                            tmp_path):
+    """Killed once it has built the partial states of `orders` for a change to `customers`, before the view's
+    commit: the view is as it was, and the next refresh uses the partial states the killed process left (not built
+    again) and brings the view to the recomputation."""
+    root = Path(spark_config.root) / "retraction_crash" / "partials"
+    shutil.rmtree(root, ignore_errors=True)
+    write_project(root, JOIN_FILES)
+    shutil.copy(Path(spark_config.root) / "pipeframe.yaml", root / "pipeframe.yaml")
+    p = project(root, spark)
+    p.deploy()
+    p.append("orders", [{"oid": i, "cid": f"c{i % 4}", "amount": i} for i in range(40)])
+    p.append("customers", [{"cid": f"c{i}", "country": ("FR", "US")[i % 2]} for i in range(4)])
+    paths = {n: p.warehouse.snapshot(fresh=True).table(n).path for n in ("orders", "customers")}
+
+    def truth() -> list[tuple]:
+        o, c = (tables.latest_commit(spark, paths[n]).version for n in ("orders", "customers"))
+        return [tuple(r) for r in spark.sql(BY_COUNTRY_TRUTH.format(**paths, o=o, c=c)).collect()]
+
+    before = truth()
+    assert [tuple(r) for r in p.query(BY_COUNTRY).collect()] == before
+    batch = ndjson(tmp_path / "orders.ndjson", [{"oid": 100 + i, "cid": "c1", "amount": 1000} for i in range(3)])
+    step = "partials kept by_country:customers"
+    with Worker(root, tmp_path / "worker.log", "join", str(batch), step) as worker:
+        code = worker.wait()
+    assert code == -signal.SIGKILL and worker.steps[-1] == step, worker.output
+
+    p = project(root, spark)
+    assert [tuple(r) for r in p.query(BY_COUNTRY).collect()] == before, "the view moved without its commit"
+    (kept,) = partials.kept(paths["orders"])
+    assert len(tables.history(spark, kept)) == 1, worker.output  # built once, by the killed worker
+    results = p.refresh()
+    assert [(r.view, r.outcome) for r in results] == [("by_country", "applied")], results
+    assert [tuple(r) for r in p.query(BY_COUNTRY).collect()] == truth() != before
+    assert len(tables.history(spark, kept)) == 1, "the partial states were built again"
+    view = p.warehouse.snapshot(fresh=True).table("by_country")
+    assert any(c.metadata.get("partials") for c in tables.history(spark, view.path))

@@ -23,10 +23,12 @@ import random
 import shutil
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
+from pipeframe.engine import partials, tables
 from pipeframe.project import Project
 from tests.spark.test_differential import (
     START,
@@ -173,6 +175,12 @@ JOIN_VIEWS = {  # name -> (materialized SQL, reference SQL, keys, checks)
         ("SELECT c.country, count(*) AS n, sum(o.amount) AS total FROM orders o JOIN customers c ON o.cid = c.cid "
         "GROUP BY c.country"),
         ("country",), {"n": exact, "total": retracted_sum}),
+    "by_country_big": (  # inner join, invertible, filtered on both sides: partial states keyed by (cid, amount)
+        ("SELECT c.country, count() AS n, avg(o.amount) AS mean, var_pop(o.amount) AS spread, sum(o.amount) AS total "
+         "FROM orders o JOIN customers c ON o.cid = c.cid WHERE o.amount > 3 AND c.tier < 3 GROUP BY c.country"),
+        ("SELECT c.country, count(*) AS n, avg(o.amount) AS mean, var_pop(o.amount) AS spread, sum(o.amount) AS total "
+         "FROM orders o JOIN customers c ON o.cid = c.cid WHERE o.amount > 3 AND c.tier < 3 GROUP BY c.country"),
+        ("country",), {"n": exact, "mean": close, "spread": moment, "total": retracted_sum}),
     "by_tier": (  # left join with a state that cannot be subtracted
         ("SELECT coalesce(c.tier, -1) AS tier, o.cid, count() AS n, max(o.amount) AS top "
         "FROM orders o LEFT JOIN customers c ON o.cid = c.cid GROUP BY 1, 2"),
@@ -182,10 +190,12 @@ JOIN_VIEWS = {  # name -> (materialized SQL, reference SQL, keys, checks)
 }
 
 
-def test_views_joining_two_tables_follow_appends_and_changes_on_both_sides(spark, spark_config):
+def test_views_joining_two_tables_follow_appends_and_changes_on_both_sides(spark, spark_config, monkeypatch):
     """Random appends, deletes, updates and upserts on both sides of an inner and a left join (customers may
     have duplicate ids: the join multiplies), each followed by a refresh; the views equal their recomputation
-    after every step."""
+    after every step. The inner joins follow `customers` through the partial states of `orders`, folded after
+    every second catch-up here."""
+    monkeypatch.setattr(partials, "COMPACT_AFTER", 2)
     rng = random.Random(7)
     root = fresh_root(spark_config, f"joins_{uuid.uuid4().hex[:8]}")
     (root / "datasources").mkdir()
@@ -233,4 +243,68 @@ def test_views_joining_two_tables_follow_appends_and_changes_on_both_sides(spark
             assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks,
                         f"{name} after {steps}")
     assert {"join", "join-negate"} <= ways, ways  # changes on the joined side reached both views, each its way
+    # by_country's aggregates read only `orders`: a change to `customers` joined the orders' partial states
+    for name in ("by_country", "by_country_big"):
+        view = p.warehouse.snapshot(fresh=True).table(name)
+        assert any(c.metadata.get("partials") for c in tables.history(spark, view.path)), name
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_join_view_follows_its_joined_table_through_the_partial_states_of_its_source(spark, spark_config,
+                                                                                       monkeypatch):
+    """Each way the partial states of `orders` move, checked against the recomputation after every step: built at
+    the first change to `customers`, caught up with appends, deletes, updates and an upsert of `orders` (and folded
+    after every second catch-up), found again by the view rebuilt with `refresh --full`, and shared by no other
+    view shape."""
+    monkeypatch.setattr(partials, "COMPACT_AFTER", 2)
+    root = fresh_root(spark_config, f"partials_{uuid.uuid4().hex[:8]}")
+    (root / "datasources").mkdir()
+    (root / "pipes").mkdir()
+    (root / "datasources/orders.datasource").write_text(ORDERS)
+    (root / "datasources/customers.datasource").write_text(CUSTOMERS)
+    views = {n: JOIN_VIEWS[n] for n in ("by_country", "by_country_big")}
+    for name, (sql, *_rest) in views.items():
+        (root / f"pipes/{name}.pipe").write_text(f"NODE n\nSQL >\n    {sql}\nTYPE materialized\nDATASOURCE {name}\n")
+    p = Project(root, spark=spark, environ={})
+    p.deploy()
+    paths = {n: p.warehouse.snapshot(fresh=True).table(n).path for n in ("orders", "customers")}
+    p.append("orders", [{"oid": i, "cid": f"c{i % 5}", "amount": i % 17} for i in range(60)])
+    p.append("customers", [{"cid": f"c{i}", "country": ("FR", "US")[i % 2], "tier": i % 3} for i in range(5)])
+    customer_changes = iter([
+        "UPDATE {customers} SET country = 'DE' WHERE cid = 'c1'",
+        "UPDATE {customers} SET tier = 1 WHERE cid IN ('c2', 'c4')",
+        "DELETE FROM {customers} WHERE cid = 'c3'",
+        ("MERGE INTO {customers} AS t USING (SELECT 'c0' AS cid, 'ES' AS country, 0 AS tier) AS s ON t.cid = s.cid "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"),
+        "UPDATE {customers} SET country = 'IT' WHERE tier = 1",
+    ])
+    order_changes = [
+        lambda: p.append("orders", [{"oid": 100 + i, "cid": f"c{i % 5}", "amount": 20 + i} for i in range(7)]),
+        lambda: p.delete("orders", "amount < 5"),
+        lambda: spark.sql(f"UPDATE delta.`{paths['orders']}` SET cid = 'c1', amount = amount + 2 WHERE oid % 4 = 0"),
+        lambda: spark.sql(f"MERGE INTO delta.`{paths['orders']}` AS t USING (SELECT 7 AS oid, 'c2' AS cid, 40 AS "
+                          "amount UNION ALL SELECT 500, 'c4', 9) AS s ON t.oid = s.oid "
+                          "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"),
+    ]
+    tables_sql = {n: f"delta.`{path}`" for n, path in paths.items()}
+    for step, order_change in enumerate([None, *order_changes]):
+        if order_change is not None:
+            order_change()
+        if step == 2:  # rebuilt beside the old table: its partial states are the source's, found again
+            assert all(r.outcome == "rebuilt" for r in p.refresh("by_country", full=True))
+        spark.sql(next(customer_changes).format(**tables_sql))
+        results = p.refresh()
+        assert all(r.outcome in ("applied", "up to date") for r in results), results
+        assert {r.path for r in results if r.view in views} <= {"join-negate", "negate", "append"}, results
+        for name, (_, reference, keys, checks) in views.items():
+            assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks,
+                        f"{name} after step {step}")
+    kept = sorted((Path(paths["orders"] + "_partials")).iterdir())
+    assert len(kept) == 2, kept  # one table per view shape
+    for name in views:
+        view = p.warehouse.snapshot(fresh=True).table(name)
+        assert sum(bool(c.metadata.get("partials")) for c in tables.history(spark, view.path)) >= 3, name
+    for table in kept:
+        ops = [(c.operation, c.metadata.get("appended")) for c in tables.history(spark, str(table))]
+        assert ("WRITE", 0) in ops and ("WRITE", 1) in ops, ops  # built or folded (0), caught up by appending (1)
     shutil.rmtree(root, ignore_errors=True)

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from pipeframe.compiler.partials import partials
 from pipeframe.engine.materialize import _joined_monotonically
 from pipeframe.engine.tables import Commit, adds_rows, as_followed
 from pipeframe.plan.state import desired_state
@@ -106,3 +107,48 @@ def test_a_view_following_ttl_reads_the_ttl_delete_as_a_delete():
     followed = as_followed([ttl, commit("WRITE", numOutputRows=1)], True)
     assert followed[0].changes_data and followed[0].rewrites_rows() and followed[0].changed_rows == 4
     assert followed[0].metadata == {"other": 1} and followed[1] == commit("WRITE", numOutputRows=1)
+
+
+SALES_COLUMNS = ["ts", "order_id", "product", "amount", "quantity"]
+
+
+def partials_of(make_project, sql: str):
+    state = view_state(make_project, sql)
+    return partials(state.state_sql, state.compact_sql, state.negate_sql or "", SALES_COLUMNS,
+                    {"products": ["product", "category"]})
+
+
+def test_a_join_view_whose_aggregates_read_only_its_source_has_partial_states(make_project):
+    derived = partials_of(make_project, "SELECT p.category, count() AS n, sum(s.amount) AS total, avg(quantity) AS q "
+                                        "FROM sales s JOIN products p ON s.product = p.product "
+                                        "WHERE s.quantity > 1 GROUP BY 1")
+    # grouped by every source column read outside the aggregates: the join key and the filtered column
+    assert derived.keys == ("product", "quantity")
+    assert derived.sql.startswith("SELECT s.`product` AS `product`, s.`quantity` AS `quantity`, COUNT(*) AS `__pf_p1`")
+    assert derived.sql.endswith("FROM __pf_batch AS s GROUP BY s.`product`, s.`quantity`")
+    # the view's query over the partial rows and the changed products: the same joins and filter, each state merged
+    # from its partials per group and sign (added, removed), the removed rows' state negated
+    signed = dict(derived.signed_sql)["products"]
+    assert signed.startswith("SELECT p.category, CASE WHEN p.`__pf_sign` < 0 THEN -(SUM(s.`__pf_p1`)) "
+                             "ELSE SUM(s.`__pf_p1`) END AS `n`, ")
+    assert "ELSE STRUCT(SUM(s.`__pf_p3`.`sum`) AS sum, SUM(s.`__pf_p3`.`count`) AS count) END AS `q`" in signed
+    assert signed.endswith("FROM __pf_batch AS s JOIN products AS p ON s.product = p.product WHERE s.quantity > 1 "
+                           "GROUP BY 1, p.__pf_sign")
+    assert derived.negate_sql == ("SELECT `product`, `quantity`, -`__pf_p1` AS `__pf_p1`, -`__pf_p2` AS `__pf_p2`, "
+                                  "STRUCT(-`__pf_p3`.`sum` AS sum, -`__pf_p3`.`count` AS count) AS `__pf_p3` "
+                                  "FROM {table}")
+    assert derived.compact_sql.endswith("FROM {table} GROUP BY `product`, `quantity`")
+
+
+@pytest.mark.parametrize("sql, why", [
+    (("SELECT p.category, count() AS n, countIf(p.category = 'x') AS c FROM sales s JOIN products p "
+     "ON s.product = p.product GROUP BY 1"), "an aggregate reads the joined table"),
+    (("SELECT p.category, count() AS n, max(s.amount) AS top FROM sales s JOIN products p ON s.product = p.product "
+     "GROUP BY 1"), "max cannot be negated"),
+    (("SELECT p.category, count() AS n FROM sales s JOIN (SELECT * FROM products) p ON s.product = p.product "
+     "GROUP BY 1"), "a subquery"),
+    ("SELECT category, count() AS n FROM sales JOIN products USING (product) GROUP BY product, category",
+     "`product` is a column of both tables"),
+])
+def test_other_join_views_have_no_partial_states(make_project, sql, why):
+    assert partials_of(make_project, sql) is None, why

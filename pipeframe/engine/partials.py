@@ -1,0 +1,121 @@
+"""A join view's partial states (compiler/partials.py) kept in a Delta table beside its source's: the source grouped
+by the columns the join reads, as of the source version the view's rows agree with. A change to a joined table
+then joins these rows instead of the whole source (the `join-negate` path).
+
+The table is a cache, named by its SQL (`<source table>_partials/<hash>`), so a rebuilt view finds it again and
+views of the same shape share it. It is built from the source the first time it is needed, brought forward from
+the source's change feed the times after (its new rows, and its deleted rows negated), folded to one row per key
+every COMPACT_AFTER catch-ups, and built again whenever its record does not fit (another source table, a history
+no longer kept). It is removed with the source's table. Its writers take turns under a file lock, so it is kept
+only in a local warehouse: two refreshers catching it up at once would count the same rows twice, and no Delta
+transaction id tells an append that repeats another's apart. Elsewhere the view joins the source itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pipeframe.compiler.partials import Partials, partials
+from pipeframe.compiler.states import BATCH_RELATION
+from pipeframe.engine import tables
+from pipeframe.engine.conflicts import local_folder, view_lock
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+COMPACT_AFTER = 16  # catch-ups appended before the partial rows are folded to one row per key
+# Runs a SQL statement that reads `__pf_batch` over the given rows.
+Query = Callable[[str, "DataFrame"], "DataFrame"]
+
+
+def derive(view: DeployedResource, deployed: DeployedSnapshot) -> Partials | None:
+    """The partial states of `view`'s source, when its query has their shape and its states can all be negated."""
+    state = view.state
+    source = deployed.table(state.source or "")
+    if not (state.state_sql and state.compact_sql and state.negate_sql and source is not None and source.path) or \
+            local_folder(source.path) is None:
+        return None
+    others = {}
+    for key in state.depends_on:
+        resource = deployed.get(key)
+        if resource is None or resource.state.name == state.source:
+            continue
+        if not resource.state.columns:  # a pipe read by the view: its columns are not known here
+            return None
+        others[resource.state.name] = [name for name, _ in resource.state.columns]
+    return partials(state.state_sql, state.compact_sql, state.negate_sql, [n for n, _ in source.state.columns],
+                    others)
+
+
+def kept(source_path: str) -> list[str]:
+    """The partial-state tables kept for a source table (local folders only)."""
+    folder = local_folder(tables.partials_path(source_path))
+    if folder is None or not os.path.isdir(folder):
+        return []
+    return sorted(os.path.join(folder, name) for name in os.listdir(folder)
+                  if os.path.isdir(os.path.join(folder, name, "_delta_log")))
+
+
+def current(spark: SparkSession, query: Query, warehouse_uri: str, source: DeployedResource, version: int,
+            derived: Partials) -> DataFrame | None:
+    """The partial states of `source` as of `version`, brought there first when the table is behind; None when
+    another view with the same partial states has already brought them further."""
+    tag = hashlib.sha256(derived.sql.encode()).hexdigest()[:16]
+    path = f"{tables.partials_path(source.path or '')}/{tag}"
+    record = {"source_version": version, "source_path": source.path, "sql": tag}
+    with view_lock(warehouse_uri, f"{source.state.name}.partials.{tag}"):
+        kept = _record(spark, path)
+        fits = all(kept.get(k) == record[k] for k in ("source_path", "sql"))
+        start = int(kept.get("source_version", -1)) if fits else -1
+        if start > version:
+            return None
+        if start < version and not (start >= 0 and _catch_up(spark, query, path, source, start, derived, record,
+                                                               int(kept.get("appended", 0)))):
+            rows = query(derived.sql, tables.read_snapshot(spark, source.state, source.path or "", version))
+            _write(rows, path, "overwrite", {**record, "appended": 0})
+        pinned = tables.latest_commit(spark, path).version
+    return spark.read.format("delta").option("versionAsOf", pinned).load(path)
+
+
+def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedResource, start: int, derived: Partials,
+              record: dict, appended: int) -> bool:
+    """Bring the partial states from source version `start` to the one `record` names; False when the source
+    changed in a way its change feed does not describe (or no longer keeps)."""
+    # The partial states follow the source's rows as a snapshot has them: TTL deletes included.
+    commits = tables.as_followed(tables.commits_between(spark, source.path or "", start, record["source_version"]),
+                                 True)
+    if any(c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS for c in commits):
+        return False
+    added, removed = tables.read_change_rows(spark, source.state, source.path or "", commits)
+    negated = query(derived.negate_sql.replace("{table}", BATCH_RELATION), query(derived.sql, removed))
+    delta = query(derived.sql, added).unionByName(negated) if tables.adds_rows(commits) else negated
+    try:
+        if appended + 1 < COMPACT_AFTER:
+            _write(delta, path, "append", {**record, "appended": appended + 1})
+        else:  # Delta reads the version it overwrites from files the overwrite only marks removed
+            kept = spark.read.format("delta").load(path)
+            folded = query(derived.compact_sql.replace("{table}", BATCH_RELATION), kept.unionByName(delta))
+            _write(folded, path, "overwrite", {**record, "appended": 0})
+    except Exception as exc:
+        if tables.history_gone(exc):  # vacuumed away: built again from the source
+            return False
+        raise
+    return True
+
+
+def _record(spark: SparkSession, path: str) -> dict:
+    """What the newest commit of the partial states records (empty when there is no table)."""
+    folder = local_folder(path)
+    if folder is None or not os.path.isdir(os.path.join(folder, "_delta_log")):
+        return {}
+    # `optimize` vacuums the table: the newest of its own commits, past VACUUM START / END
+    return next((c.metadata for c in tables.history(spark, path, 10) if c.metadata.get("op") == "partials"), {})
+
+
+def _write(rows: DataFrame, path: str, mode: str, record: dict) -> None:
+    (rows.write.format("delta").mode(mode).option("overwriteSchema", "true")
+     .option("userMetadata", json.dumps({"pipeframe": {"op": "partials", **record}})).save(path))
