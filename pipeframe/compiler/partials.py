@@ -41,34 +41,45 @@ def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: 
              other_columns: Mapping[str, Iterable[str]]) -> Partials | None:
     """The partial states of a view whose states can all be negated (`negate_sql`), given the columns of its source
     and of every other table its query reads; None unless the query is one SELECT over the source and joined
-    tables (no subquery, CTE, lambda or HAVING) whose aggregates read only source columns."""
+    tables (no subquery, CTE, lambda, HAVING, USING or NATURAL join, and plain GROUP BY expressions) whose
+    aggregates read only source columns."""
     if not negate_sql:
         return None
     tree = sqlglot.parse_one(state_sql, read=DIALECT)
     if not isinstance(tree, exp.Select) or tree.args.get("with_") or tree.args.get("having") or \
-            tree.find(exp.Subquery, exp.Lambda, exp.Window) is not None:
+            tree.find(exp.Subquery, exp.Exists, exp.Lambda, exp.Window) is not None or \
+            any(query is not tree for query in tree.find_all(exp.Select, exp.SetOperation)):
         return None
+    group = tree.args.get("group")
+    if group is not None and any(value for key, value in group.args.items() if key != "expressions"):
+        return None  # GROUP BY ALL, WITH ROLLUP, CUBE, GROUPING SETS: only plain grouping expressions are kept
+    if any(join.args.get("using") or join.method for join in tree.args.get("joins") or []):
+        return None  # USING and NATURAL join on columns the query does not name: they would not be kept
     start = tree.args.get("from_") or tree.args.get("from")
     table = start.this if start is not None else None
     if not isinstance(table, exp.Table) or table.name != BATCH_RELATION:
         return None
-    alias = table.alias_or_name
-    source = set(source_columns)
-    others = {name for columns in other_columns.values() for name in columns}
+    alias = exp.to_identifier(table.alias_or_name, quoted=True).sql(dialect=DIALECT)
+    # Spark resolves names in any case: so are they compared here.
+    source = {name.lower() for name in source_columns}
+    others = {name.lower() for columns in other_columns.values() for name in columns}
     combines, negations = _per_column(compact_sql), _per_column(negate_sql)
     names = [p.alias_or_name for p in tree.expressions]
     states = {i for i, name in enumerate(names) if name in combines}
 
     def side(column: exp.Column) -> str | None:
+        name = column.name.lower()
+        if column.args.get("db") or column.args.get("catalog"):
+            return None  # a.b.c: a struct field of a qualified column, or a qualified table
         if column.table:
-            return "source" if column.table == alias else "other"
-        if column.name in source and column.name not in others:
+            return "source" if column.table.lower() == table.alias_or_name.lower() else "other"
+        if name in source and name not in others:
             return "source"
-        if column.name in others and column.name not in source:
+        if name in others and name not in source:
             return "other"
-        return "alias" if column.name in names and column.name not in source | others else None
+        return "alias" if name in {n.lower() for n in names} and name not in source | others else None
 
-    keys: dict[str, None] = {}
+    keys: dict[str, str] = {}  # lower case -> as first written
     for index, projection in enumerate(tree.expressions):
         sides = [side(c) for c in projection.find_all(exp.Column)]
         if index in states:
@@ -84,10 +95,10 @@ def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: 
         if found is None:
             return None
         if found == "source":
-            keys[column.name] = None
+            keys.setdefault(column.name.lower(), column.name)
     if not states or any(names[i] not in negations for i in states):
         return None
-    key_list = tuple(keys)
+    key_list = tuple(keys.values())
     parts = [f"{alias}.`{k}` AS `{k}`" for k in key_list] + \
             [f"{to_sql(tree.expressions[i].this)} AS `{PREFIX}{i}`" for i in sorted(states)]
     group = f" GROUP BY {', '.join(f'{alias}.`{k}`' for k in key_list)}" if key_list else ""
@@ -98,12 +109,12 @@ def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: 
         for i in states:
             merged = to_sql(_substituted(combines[names[i]], names[i], f"{alias}.`{PREFIX}{i}`"))
             negated = to_sql(_substituted(negations[names[i]], names[i], f"({merged})"))
-            signed = sqlglot.parse_one(f"CASE WHEN {sign}.`{SIGN}` < 0 THEN {negated} ELSE {merged} END",
+            signed = sqlglot.parse_one(f"CASE WHEN `{sign}`.`{SIGN}` < 0 THEN {negated} ELSE {merged} END",
                                        read=DIALECT)
             new.expressions[i].replace(exp.alias_(signed, names[i], quoted=True))
         # The added and the removed rows of a group merge into one state each, and the latter is negated: a state
         # merged from negated rows is not always the negated state (a variance clamps a negative m2 to 0).
-        by_sign = exp.column(SIGN, table=sign)
+        by_sign = exp.column(SIGN, table=sign, quoted=True)
         group = new.args.get("group")
         new.set("group", exp.Group(expressions=[*(group.expressions if group else []), by_sign]))
         return to_sql(new)

@@ -5,6 +5,7 @@ resumable), and optimize (compaction to one state row per key, TTL, vacuum)."""
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import re
@@ -38,6 +39,7 @@ REFRESH_THREADS = 4
 ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp")
 
 StepHook = Callable[[str], None]
+log = logging.getLogger("pipeframe.materialize")
 _BATCH_NAME = re.compile(rf"\b{BATCH_RELATION}\b")  # where a view's state query reads its block of new rows
 
 
@@ -337,7 +339,7 @@ class Materializer:
 
         - join-negate: an inner join (or FROM list) whose states can all be subtracted, read by no view: the states
           of the source joined with the table's added rows, and negated with its removed rows, are appended; the
-          source is read as its partial states where the view's aggregates read only the source (`_partials`);
+          source is read as its partial states where the view's aggregates read only the source (`_partial_states`);
         - join: otherwise the groups the change touches are recomputed with the table as of now and replace
           their rows.
 
@@ -370,15 +372,12 @@ class Materializer:
                       "metadata": {"path": path, "joined": dict(recorded),
                                    "rows": sum(c.changed_rows for c in commits)}}
             try:
-                signed, kept = self._partials(view, source, watermark.source_version or 0, name) \
-                    if path == "join-negate" else (None, None)
-                if kept is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
-                    self.on_step(f"partials kept {state.name}:{name}")
+                states = self._partial_states(view, source, watermark.source_version or 0, table, commits, pins) \
+                    if path == "join-negate" else None
+                if states is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
                     commit["metadata"]["partials"] = True
-                    changed = tables.read_signed_rows(self.spark, table.state, table.path, commits)
                     # few state rows (the groups the changed rows' join rows fall in): brought to the driver
-                    written = tables.write_states(self._states(view, kept, {**pins, name: changed}, sql=signed),
-                                                  state, view.path or "", direct=self.direct_commit, **commit)
+                    written = tables.write_states(states, state, view.path or "", direct=self.direct_commit, **commit)
                 else:
                     written = self._join_change(view, source, watermark.source_version or 0, name, start, commits,
                                                 pins, path, commit)
@@ -416,16 +415,30 @@ class Materializer:
         return tables.replace_groups(self.spark, state, view.path or "", state.keys, touched,
                                      _semi(now, state.keys, touched), **commit)
 
-    def _partials(self, view: DeployedResource, source: DeployedResource, version: int,
-                  table: str) -> tuple[str | None, DataFrame | None]:
-        """(the view's query over its source's partial states and `table`'s signed changed rows, the partial states
-        as of source `version`), or (None, None) when the view cannot use them (engine/partials.py)."""
+    def _partial_states(self, view: DeployedResource, source: DeployedResource, version: int,
+                        table: DeployedResource, commits: list[tables.Commit],
+                        pins: dict[str, DataFrame]) -> DataFrame | None:
+        """The view's states for `table`'s changed rows, joined with its source's partial states as of source
+        `version` (engine/partials.py); None when the view cannot use them. A query Spark refuses over them (a
+        shape the derivation let through by mistake) is logged and the view joins its source instead."""
+        name = table.state.name
         derived = partials.derive(view, self.deployed)
-        signed = dict(derived.signed_sql).get(table) if derived else None
+        signed = dict(derived.signed_sql).get(name) if derived else None
         if derived is None or signed is None:
-            return None, None
-        kept = partials.current(self.spark, self._query(view), self.warehouse.uri, source, version, derived)
-        return (signed, kept) if kept is not None else (None, None)
+            return None
+        try:
+            kept = partials.current(self.spark, self._query(view), self.warehouse.uri, source, version, derived)
+            if kept is None:
+                return None
+            self.on_step(f"partials kept {view.state.name}:{name}")
+            changed = tables.read_signed_rows(self.spark, table.state, table.path or "", commits)
+            return self._states(view, kept, {**pins, name: changed}, sql=signed)  # analysed here, run when written
+        except Exception as exc:
+            if is_cancelled(exc) or tables.history_gone(exc):
+                raise
+            log.warning("view %s: its source's partial states could not be used (%s); it joins the source instead",
+                        view.state.name, first_line(exc))
+            return None
 
     def _children(self, view: DeployedResource) -> list[DeployedResource]:
         """The views that read this view's rows."""

@@ -88,6 +88,8 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
     # The partial states follow the source's rows as a snapshot has them: TTL deletes included.
     commits = tables.as_followed(tables.commits_between(spark, source.path or "", start, record["source_version"]),
                                  True)
+    if [c.version for c in commits] != list(range(start + 1, record["source_version"] + 1)):
+        return False  # part of the history is no longer in the log (cleaned up): its changes are unknown
     if any(c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS for c in commits):
         return False
     added, removed = tables.read_change_rows(spark, source.state, source.path or "", commits)

@@ -124,20 +124,29 @@ def test_a_join_view_whose_aggregates_read_only_its_source_has_partial_states(ma
                                         "WHERE s.quantity > 1 GROUP BY 1")
     # grouped by every source column read outside the aggregates: the join key and the filtered column
     assert derived.keys == ("product", "quantity")
-    assert derived.sql.startswith("SELECT s.`product` AS `product`, s.`quantity` AS `quantity`, COUNT(*) AS `__pf_p1`")
-    assert derived.sql.endswith("FROM __pf_batch AS s GROUP BY s.`product`, s.`quantity`")
+    assert derived.sql.startswith("SELECT `s`.`product` AS `product`, `s`.`quantity` AS `quantity`, "
+                                  "COUNT(*) AS `__pf_p1`")
+    assert derived.sql.endswith("FROM __pf_batch AS `s` GROUP BY `s`.`product`, `s`.`quantity`")
     # the view's query over the partial rows and the changed products: the same joins and filter, each state merged
     # from its partials per group and sign (added, removed), the removed rows' state negated
     signed = dict(derived.signed_sql)["products"]
-    assert signed.startswith("SELECT p.category, CASE WHEN p.`__pf_sign` < 0 THEN -(SUM(s.`__pf_p1`)) "
-                             "ELSE SUM(s.`__pf_p1`) END AS `n`, ")
-    assert "ELSE STRUCT(SUM(s.`__pf_p3`.`sum`) AS sum, SUM(s.`__pf_p3`.`count`) AS count) END AS `q`" in signed
+    assert signed.startswith("SELECT p.category, CASE WHEN `p`.`__pf_sign` < 0 THEN -(SUM(`s`.`__pf_p1`)) "
+                             "ELSE SUM(`s`.`__pf_p1`) END AS `n`, ")
+    assert "ELSE STRUCT(SUM(`s`.`__pf_p3`.`sum`) AS sum, SUM(`s`.`__pf_p3`.`count`) AS count) END AS `q`" in signed
     assert signed.endswith("FROM __pf_batch AS s JOIN products AS p ON s.product = p.product WHERE s.quantity > 1 "
-                           "GROUP BY 1, p.__pf_sign")
+                           "GROUP BY 1, `p`.`__pf_sign`")
     assert derived.negate_sql == ("SELECT `product`, `quantity`, -`__pf_p1` AS `__pf_p1`, -`__pf_p2` AS `__pf_p2`, "
                                   "STRUCT(-`__pf_p3`.`sum` AS sum, -`__pf_p3`.`count` AS count) AS `__pf_p3` "
                                   "FROM {table}")
     assert derived.compact_sql.endswith("FROM {table} GROUP BY `product`, `quantity`")
+
+
+def test_partial_states_resolve_names_in_any_case_as_spark_does(make_project):
+    derived = partials_of(make_project, "SELECT p.category, count() AS n FROM sales S JOIN products p "
+                                        "ON s.Product = p.product GROUP BY 1")
+    assert derived.keys == ("Product",)  # `s.Product` is the source's `product`
+    assert derived.sql == "SELECT `S`.`Product` AS `Product`, COUNT(*) AS `__pf_p1` FROM __pf_batch AS `S` " \
+                          "GROUP BY `S`.`Product`"
 
 
 @pytest.mark.parametrize("sql, why", [
@@ -147,8 +156,15 @@ def test_a_join_view_whose_aggregates_read_only_its_source_has_partial_states(ma
      "GROUP BY 1"), "max cannot be negated"),
     (("SELECT p.category, count() AS n FROM sales s JOIN (SELECT * FROM products) p ON s.product = p.product "
      "GROUP BY 1"), "a subquery"),
-    ("SELECT category, count() AS n FROM sales JOIN products USING (product) GROUP BY product, category",
-     "`product` is a column of both tables"),
+    ("SELECT category, count() AS n FROM sales JOIN products USING (product) GROUP BY category",
+     "a USING join: its column is named by no reference"),
+    ("SELECT p.category, count() AS n FROM sales s NATURAL JOIN products p GROUP BY 1", "a NATURAL join"),
+    ("SELECT p.category, count() AS n FROM sales s JOIN products p ON s.product = p.product GROUP BY ALL",
+     "GROUP BY ALL"),
+    (("SELECT p.category, count() AS n FROM sales s JOIN products p ON s.product = p.product "
+      "GROUP BY p.category WITH ROLLUP"), "WITH ROLLUP"),
+    (("SELECT p.category, count() AS n FROM sales s JOIN products p ON s.product = p.product "
+      "WHERE EXISTS (SELECT 1 FROM products q WHERE q.product = s.product) GROUP BY 1"), "a subquery in EXISTS"),
 ])
 def test_other_join_views_have_no_partial_states(make_project, sql, why):
     assert partials_of(make_project, sql) is None, why
