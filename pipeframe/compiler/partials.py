@@ -65,6 +65,7 @@ def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: 
     others = {name.lower() for columns in other_columns.values() for name in columns}
     combines, negations = _per_column(compact_sql), _per_column(negate_sql)
     names = [p.alias_or_name for p in tree.expressions]
+    aliases = {n.lower() for n in names} - source - others  # output names read back, e.g. in GROUP BY
     states = {i for i, name in enumerate(names) if name in combines}
 
     def side(column: exp.Column) -> str | None:
@@ -77,7 +78,7 @@ def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: 
             return "source"
         if name in others and name not in source:
             return "other"
-        return "alias" if name in {n.lower() for n in names} and name not in source | others else None
+        return "alias" if name in aliases else None
 
     keys: dict[str, str] = {}  # lower case -> as first written
     for index, projection in enumerate(tree.expressions):
@@ -122,13 +123,15 @@ def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: 
     joined = [t for t in tree.find_all(exp.Table) if t is not table]
     once = [t for t in joined if sum(o.name == t.name for o in joined) == 1]
     own = [f"`{k}`" for k in key_list]
-    negated = ", ".join(own + [f"{to_sql(_substituted(negations[names[i]], names[i], f'`{PREFIX}{i}`'))} AS "
-                               f"`{PREFIX}{i}`" for i in sorted(states)])
-    folded = ", ".join(own + [f"{to_sql(_substituted(combines[names[i]], names[i], f'`{PREFIX}{i}`'))} AS "
-                              f"`{PREFIX}{i}`" for i in sorted(states)])
+
+    def over_partials(templates: dict[str, exp.Expression]) -> str:
+        """The keys, and each partial state column through its state's template (negate or combine)."""
+        return ", ".join(own + [f"{to_sql(_substituted(templates[names[i]], names[i], f'`{PREFIX}{i}`'))} AS "
+                                f"`{PREFIX}{i}`" for i in sorted(states)])
+
     fold_group = f" GROUP BY {', '.join(own)}" if own else ""
-    return Partials(key_list, partial_sql, f"SELECT {negated} FROM {{table}}",
-                    f"SELECT {folded} FROM {{table}}{fold_group}",
+    return Partials(key_list, partial_sql, f"SELECT {over_partials(negations)} FROM {{table}}",
+                    f"SELECT {over_partials(combines)} FROM {{table}}{fold_group}",
                     tuple((t.name, combined(t.alias_or_name)) for t in once))
 
 

@@ -68,13 +68,13 @@ def current(spark: SparkSession, query: Query, warehouse_uri: str, source: Deplo
     path = f"{tables.partials_path(source.path or '')}/{tag}"
     record = {"source_version": version, "source_path": source.path, "sql": tag}
     with view_lock(warehouse_uri, f"{source.state.name}.partials.{tag}"):
-        kept = _record(spark, path)
-        fits = all(kept.get(k) == record[k] for k in ("source_path", "sql"))
-        start = int(kept.get("source_version", -1)) if fits else -1
+        recorded = _record(spark, path)
+        fits = all(recorded.get(k) == record[k] for k in ("source_path", "sql"))
+        start = int(recorded.get("source_version", -1)) if fits else -1
         if start > version:
             return None
         if start < version and not (start >= 0 and _catch_up(spark, query, path, source, start, derived, record,
-                                                               int(kept.get("appended", 0)))):
+                                                               int(recorded.get("appended", 0)))):
             rows = query(derived.sql, tables.read_snapshot(spark, source.state, source.path or "", version))
             _write(rows, path, "overwrite", {**record, "appended": 0})
         pinned = tables.latest_commit(spark, path).version
@@ -99,8 +99,8 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
         if appended + 1 < COMPACT_AFTER:
             _write(delta, path, "append", {**record, "appended": appended + 1})
         else:  # Delta reads the version it overwrites from files the overwrite only marks removed
-            kept = spark.read.format("delta").load(path)
-            folded = query(derived.compact_sql.replace("{table}", BATCH_RELATION), kept.unionByName(delta))
+            rows = spark.read.format("delta").load(path)
+            folded = query(derived.compact_sql.replace("{table}", BATCH_RELATION), rows.unionByName(delta))
             _write(folded, path, "overwrite", {**record, "appended": 0})
     except Exception as exc:
         if tables.history_gone(exc):  # vacuumed away: built again from the source

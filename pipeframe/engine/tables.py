@@ -252,12 +252,15 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
     commits = list(commits)
     frame = _change_feed(spark, path, commits)
     columns = [f"`{name}`" for name, _ in source.columns]
-    empty = spark.createDataFrame([], source.schema)
+
+    def empty() -> DataFrame:  # only when needed: an empty frame still costs the driver a schema round trip
+        return spark.createDataFrame([], source.schema)
+
     if frame is None:
-        return empty, empty
+        return empty(), empty()
     removed = frame.where(f"_change_type IN {REMOVED_CHANGES}").select(*columns)
     if not adds_rows(commits):  # no second scan of the feed
-        return empty, removed
+        return empty(), removed
     added = frame.where("_change_type IN ('insert', 'update_postimage')").select(*columns)
     return added, removed
 
