@@ -529,9 +529,12 @@ def write(results: dict, page: Path) -> None:
     import ingest_bench  # these import this module
     import local_bench
     import retract_bench
+    import serve_bench
 
     charts(results, page.parent / "img")
     text = render(results)
+    if "serve" in results:
+        text = insert_section(text, serve_bench.SECTION, serve_bench.section(results["serve"]), serve_bench.BEFORE)
     if "ingest" in results:
         text = insert_section(text, ingest_bench.SECTION,
                               ingest_bench.section(results["ingest"]).rstrip("\n").splitlines(), ingest_bench.BEFORE)

@@ -22,6 +22,10 @@ Sections (PRODUCT.md section 8), all in one run on this machine:
             requests, --ingest-seconds each), commit -> visible in the views from the Delta logs, next to a plain
             Delta append loop; and where one `Project.append` spends its time (bench/ingest_bench.py; its
             `Project.append` figures are the views section's when that section runs too).
+  serve     endpoints on the read path (DuckDB over the tables' snapshots, no JVM) next to the same endpoints on
+            Spark: `pipeframe serve --engine auto` and `--engine spark` over a --serve-rows source and its three views,
+            one client in turn (p50/p95/p99), 16 clients while 50 event requests/s land, view vs raw rows, and
+            `pipeframe endpoint`/`status` in fresh processes (bench/serve_bench.py, in a fresh process).
   cluster   with --cluster only: the refresh and append figures on a local Spark standalone cluster (a master and a
             worker from pyspark's jars, on 127.0.0.1) next to `local[*]`, two drivers measured alternately, with the
             cluster / local ratio (bench/cluster_bench.py; --cluster-rows source rows, --appends capped at 10
@@ -63,7 +67,7 @@ from scenario import EXACT_VIEW, SECONDS_PER_ROW, START_EPOCH, generate, write_p
 
 BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
-SECTIONS = ("views", "check", "control", "dev", "ingest")
+SECTIONS = ("views", "check", "control", "dev", "serve", "ingest")
 
 
 def log(message: str) -> None:
@@ -246,6 +250,7 @@ def main() -> int:
     parser.add_argument("--retract", action="store_true",
                         help="also measure deletes and updates reaching views: incremental refresh vs --full")
     parser.add_argument("--retract-rows", type=int, default=10_000_000, help="source rows of the retract section")
+    parser.add_argument("--serve-rows", type=int, default=10_000_000, help="source rows of the serve section")
     parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -306,6 +311,11 @@ def main() -> int:
         results["retract"] = previous["retract"]
     if "local" in previous:  # measured by bench/local_bench.py alone; its own date is on the page
         results["local"] = previous["local"]
+    if "serve" not in skip:
+        log("serve: endpoints on the read path vs on Spark")
+        results["serve"] = run_script("serve_bench.py", "--rows", str(args.serve_rows))
+        results["serve"]["command"] = " ".join(["python", "bench/run.py", *sys.argv[1:]])
+        save()
     if "ingest" not in skip:
         log("ingest: POST /v0/events against pipeframe serve, a plain Delta append loop, Project.append's steps")
         measured = "views" not in skip  # its Project.append figures: reused, not measured twice

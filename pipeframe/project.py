@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.engine.warehouse import Deployment, Warehouse
     from pipeframe.plan.diff import Change, Plan
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+    from pipeframe.serving.reader import Reader
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,15 @@ class Project:
 
     def __init__(self, root: str | os.PathLike[str] = ".", env: str | None = None,
                  environ: Mapping[str, str] | None = None, spark: SparkSession | None = None,
-                 cache: bool = True) -> None:
+                 cache: bool = True, engine: str = "auto") -> None:
+        from pipeframe.endpoints import ENGINES
+
+        if engine not in ENGINES:
+            raise PipeframeError("PF809", f"Unknown engine `{engine}`.", f"Use one of {', '.join(ENGINES)}.")
         self._spark = spark
+        # Which engine answers reads (endpoints, `read`, `status`): DuckDB over the tables' snapshots, with Spark
+        # where it cannot answer as Spark would ("auto"), DuckDB alone ("duckdb"), or Spark alone ("spark").
+        self.engine = engine
         self.root = Path(root).resolve()
         self.env = env
         self.environ = dict(os.environ if environ is None else environ)
@@ -98,10 +106,14 @@ class Project:
     def reload(self) -> Project:
         """The same folder read again (after a save): a new compile, sharing this project's Spark session and, while
         the warehouse setting is unchanged, its warehouse and deployed snapshot (no state-store read)."""
-        fresh = Project(self.root, self.env, self.environ, self._spark or self.__dict__.get("spark"), self.cache)
+        fresh = Project(self.root, self.env, self.environ, self._spark or self.__dict__.get("spark"), self.cache,
+                        self.engine)
         warehouse = self.__dict__.get("warehouse")
         if warehouse is not None and fresh.config.warehouse_uri.rstrip("/") == warehouse.uri:
             fresh.__dict__["warehouse"] = warehouse
+        reader = self.__dict__.get("reader")
+        if reader is not None and fresh.config.warehouse_uri.rstrip("/") == reader.uri:
+            fresh.__dict__["reader"] = reader  # its file and answer caches stay warm across saves
         return fresh
 
     @cached_property
@@ -264,6 +276,20 @@ class Project:
             return nodes[node_name]
         return pipe.sql
 
+    def read_path(self, pipe: str) -> tuple[str, str]:
+        """How an endpoint pipe is answered, judged from the files alone (its statement in analysis mode): ("duckdb",
+        its DuckDB SQL) on the read path, or ("spark", why not) where DuckDB cannot answer with Spark's meaning."""
+        from pipeframe.endpoints import declared_pipe
+        from pipeframe.serving import translate
+
+        compiled = declared_pipe(self.compiled, pipe, "endpoint")
+        schema = {name: {c.name: (c.value_type if c.state and not c.explicit else c.type) or "STRING"
+                         for c in ds.columns} for name, ds in self.compiled.datasources.items()}
+        try:
+            return "duckdb", translate.translate(translate.parse(compiled.sql), schema).sql
+        except translate.Untranslatable as refused:
+            return "spark", str(refused)
+
     def graph(self, fmt: str = "mermaid") -> str:
         from pipeframe.compiler import diagram
 
@@ -316,6 +342,17 @@ class Project:
         """What is deployed: read from the warehouse's state store once, and kept up to date by this project's own
         deploys and rebuilds."""
         return self.warehouse.snapshot()
+
+    @cached_property
+    def reader(self) -> Reader:
+        """The read path without a JVM (`pipeframe.serving`): DuckDB over the warehouse's Delta tables."""
+        from pipeframe.serving.reader import Reader
+        from pipeframe.serving.snapshots import storage_options
+
+        self.require_datafiles(allow_empty=True)  # a folder that is no project is read by nothing
+        conf = dict(self.config.spark.conf)
+        return Reader(self.config.warehouse_uri, storage_options(conf),
+                      str(conf.get("spark.sql.session.timeZone") or "UTC"))
 
     def deployed_version(self) -> int:
         """The Delta version of the state store: it moves with every deploy, drop and view rebuild, whichever
@@ -562,11 +599,35 @@ class Project:
         return materializer.optimize(names, self.config.retention_hours)
 
     def status(self, view: str | None = None) -> list[ViewStatus]:
+        """Each view's status, lag, size and backfill progress (`pipeframe status`): read from the tables' logs and
+        snapshots without starting Spark where they can say it (see `engine`)."""
         from pipeframe.engine.lifecycle import Lifecycle
 
         if view:
             self._known_view(view)
+        if self.engine != "spark":
+            found = self._status_without_spark(view)
+            if found is not None:
+                return found
         return Lifecycle(self.materializer()).status(view)
+
+    def _status_without_spark(self, view: str | None) -> list[ViewStatus] | None:
+        """`status` from the logs and the read path; None where only Spark can say it (engine "auto")."""
+        from pipeframe.engine.lifecycle import TableDetail, view_statuses
+        from pipeframe.engine.tables import NeedsSpark
+        from pipeframe.engine.warehouse import VIEW_COLUMNS, view_record
+        from pipeframe.serving.snapshots import Unreadable
+
+        reader = self.reader
+        try:
+            deployed = reader.deployed().snapshot
+            records = {r["name"]: view_record(r) for r in reader.rows(f"{reader.uri}/_pipeframe/views", VIEW_COLUMNS)}
+            return view_statuses(deployed, records, view, None, lambda path: TableDetail(*reader.figures(path)))
+        except (NeedsSpark, Unreadable) as exc:
+            if self.engine == "duckdb":
+                raise PipeframeError("PF809", f"`status` needs Spark here: {exc}.",
+                                     "Run it with --engine auto (or spark).") from None
+            return None
 
     def pause(self, view: str, permanent: bool = False) -> None:
         from pipeframe.engine.lifecycle import Lifecycle
@@ -588,7 +649,8 @@ class Project:
 
     def query(self, sql_or_pipe: str, **params: Any) -> DataFrame:
         """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values), or, given
-        an endpoint pipe's name, that endpoint with `params`: `project.query("top_products", limit=3)`."""
+        an endpoint pipe's name, that endpoint with `params`: `project.query("top_products", limit=3)`. A Spark
+        DataFrame (`read` answers the same SQL without Spark)."""
         from pipeframe.compiler.compile import compile_query
         from pipeframe.engine.query import run_sql
 
@@ -603,17 +665,45 @@ class Project:
         self.warehouse.register(deployed.values())
         return run_sql(self.spark, sql, self.readable_names(deployed))
 
+    def read(self, sql: str, limit: int = 1000) -> EndpointResult:
+        """Ad-hoc Spark SQL over the deployed resources by name, answered as `query` would (at most `limit` rows):
+        by DuckDB over the tables' current snapshots without starting Spark, or by Spark where the read path cannot
+        answer with Spark's meaning (see `engine`). The answer says which (`engine`, `engine_reason`)."""
+        import time
+
+        from pipeframe.compiler.compile import compile_query
+        from pipeframe.endpoints import ReadPathRefused, _result, read_answer
+
+        started = time.perf_counter()
+        compiled = compile_query(sql)  # a syntax error is a PF303, whichever engine answers
+        reason = None
+        if self.engine != "spark":
+            bounded = f"SELECT * FROM ({compiled}) AS `__pf_query` LIMIT {int(limit)}"
+            try:
+                answer = read_answer(self.reader, bounded, None, self.readable_names(self.reader.deployed().snapshot))
+                return _result("query", answer, time.perf_counter() - started, None)
+            except ReadPathRefused as refused:
+                if self.engine == "duckdb":
+                    raise PipeframeError("PF809", f"The read path cannot answer this query as Spark would: "
+                                         f"{refused.reason}.", "Run it with --engine auto (or spark).") from None
+                reason = refused.reason
+        from pipeframe.engine.query import collect_query
+
+        answer = collect_query(self.query(sql).limit(limit), self.readable_names())
+        return _result("query", answer, time.perf_counter() - started, reason)
+
     def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
         """The names ad-hoc SQL can read: every deployed table (datasources and views)."""
         deployed = self.snapshot if deployed is None else deployed
         return sorted(r.state.name for r in deployed.values() if r.state.has_table)
 
     def endpoints(self, deployed: DeployedSnapshot | None = None) -> Endpoints:
-        """The project's endpoint pipes over the deployed tables (registered by name in the session); `deployed`
-        defaults to this project's snapshot."""
+        """The project's endpoint pipes over the deployed tables; `deployed` is what pipes are checked against
+        (default: what the warehouse records when each is called)."""
         from pipeframe.endpoints import Endpoints
 
-        return Endpoints(self.compiled, self.spark, self.warehouse, self.snapshot if deployed is None else deployed)
+        reader = self.reader if self.engine != "spark" else None
+        return Endpoints(self.compiled, reader, self, deployed, self.engine)
 
     def endpoint(self, pipe: str, **params: Any) -> EndpointResult:
         """Call an endpoint pipe: its rows and Tinybird's `meta`/`statistics`, as the HTTP API answers."""

@@ -25,11 +25,17 @@ ENV_OPTION = click.option("--env", "env", default=None, envvar="PIPEFRAME_ENV",
                           help="Environment from pipeframe.yaml `environments:` (or PIPEFRAME_ENV).")
 
 
-def load_project(project_dir: str, env: str | None, cache: bool = True) -> Project:
+ENGINE_OPTION = click.option(
+    "--engine", type=click.Choice(["auto", "duckdb", "spark"]), default="auto", show_default=True,
+    help="What answers: DuckDB over the tables' snapshots (no JVM), with Spark for what it cannot answer as Spark "
+         "would (auto); DuckDB alone; or Spark alone.")
+
+
+def load_project(project_dir: str, env: str | None, cache: bool = True, engine: str = "auto") -> Project:
     """The Project of --project/--env (imported here: `pipeframe --help` need not load it)."""
     from pipeframe.project import Project
 
-    return Project(project_dir, env=env, cache=cache)
+    return Project(project_dir, env=env, cache=cache, engine=engine)
 
 
 def rich_console() -> Console:

@@ -29,9 +29,17 @@ def check(path: str | None, project_dir: str, env: str | None, as_json: bool, no
     """
 
     def body() -> int:
-        report = load_project(path or project_dir, env, cache=not no_cache).check()
+        project = load_project(path or project_dir, env, cache=not no_cache)
+        report = project.check()
         if as_json:
-            click.echo(json.dumps(report.to_json(), indent=2))
+            answer = report.to_json()
+            if report.ok:  # how each endpoint is answered: DuckDB (no JVM) or Spark, and why
+                answer["read_paths"] = {name: dict(zip(("engine", "detail"), project.read_path(name), strict=True))
+                                        for name in answer["endpoints"]}
+                for found in answer["read_paths"].values():
+                    if found["engine"] == "duckdb":
+                        del found["detail"]
+            click.echo(json.dumps(answer, indent=2))
             return 0 if report.ok else 1
         print_check(report)
         return 0 if report.ok else 1
@@ -74,7 +82,8 @@ def print_check(report) -> None:
 @PROJECT_OPTION
 @ENV_OPTION
 def sql(target: str, project_dir: str, env: str | None) -> None:
-    """Print the compiled Spark SQL of PIPE or PIPE.NODE.
+    """Print the compiled Spark SQL of PIPE or PIPE.NODE (for an endpoint, also what answers it: DuckDB's SQL on the
+    read path, or why Spark does).
 
     Templated nodes are shown as rendered in analysis mode (parameters at their defaults). For a
     materialized pipe, the state SQL that runs over each block of new rows is printed too.
@@ -93,15 +102,26 @@ def sql(target: str, project_dir: str, env: str | None) -> None:
             click.echo(pretty(pipe.view.plan.state_sql))
             click.echo(f"\n-- reading `{pipe.view.target}` by name:")
             click.echo(pretty(pipe.view.plan.read_sql(f"`{pipe.view.target}__states`")))
+        if pipe is not None and pipe.type == "endpoint" and "." not in target:
+            engine, text = project.read_path(pipe.name)
+            if engine == "duckdb":
+                click.echo("\n-- answered by DuckDB over the tables' snapshots (no JVM), as:")
+                click.echo(sqlglot_pretty(text, "duckdb"))
+            else:
+                click.echo(f"\n-- answered by Spark: {text}")
         return 0
 
     run(body)
 
 
 def pretty(sql_text: str) -> str:
+    return sqlglot_pretty(sql_text, "spark")
+
+
+def sqlglot_pretty(sql_text: str, dialect: str) -> str:
     import sqlglot
 
-    return sqlglot.transpile(sql_text, read="spark", write="spark", pretty=True)[0]
+    return sqlglot.transpile(sql_text, read=dialect, write=dialect, pretty=True)[0]
 
 
 @click.command()

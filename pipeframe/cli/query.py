@@ -1,5 +1,6 @@
 """The query commands of the `pipeframe` CLI: `query` (ad-hoc Spark SQL over the deployed resources) and
-`endpoint` (an endpoint pipe called as its HTTP route would be)."""
+`endpoint` (an endpoint pipe called as its HTTP route would be). Both answer without starting Spark where the read
+path can (`--engine`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import sys
 
 import click
 
-from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, parse_params, rich_console, run
+from pipeframe.cli.common import (
+    ENGINE_OPTION,
+    ENV_OPTION,
+    PROJECT_OPTION,
+    load_project,
+    parse_params,
+    rich_console,
+    run,
+)
 
 
 @click.command()
@@ -19,10 +28,13 @@ from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, parse
               show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=1000, show_default=True,
               help="Print at most this many rows.")
-def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int) -> None:
+@ENGINE_OPTION
+def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int, engine: str) -> None:
     """Run ad-hoc Spark SQL over the deployed resources, by name.
 
-    Views read as finalized values (merged states); `uniqMerge(col)`-style calls work on explicit states.
+    Views read as finalized values (merged states); `uniqMerge(col)`-style calls work on explicit states. DuckDB
+    answers from the tables' current snapshots without starting Spark, unless the SQL uses what it cannot answer
+    with Spark's meaning (then Spark does; `--format json` says which in `statistics.engine`).
 
     \b
     Example:
@@ -30,12 +42,11 @@ def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int
     """
 
     def body() -> int:
-        from pipeframe.engine.query import collect_rows
-
-        project = load_project(project_dir, env)
-        frame = project.query(sql_text)
-        rows = collect_rows(frame, limit, project.readable_names())  # a Spark error is a PF808, not a PF999
-        print_rows(frame.columns, rows, fmt)
+        result = load_project(project_dir, env, engine=engine).read(sql_text, limit)
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json(), indent=2, default=str))
+        else:
+            print_rows(result.columns, result.data, fmt)
         return 0
 
     run(body)
@@ -49,8 +60,12 @@ def query(sql_text: str, project_dir: str, env: str | None, fmt: str, limit: int
               show_default=True, help="json is the HTTP API's answer: meta, data, rows, statistics.")
 @PROJECT_OPTION
 @ENV_OPTION
-def endpoint(pipe: str, params: tuple[str, ...], fmt: str, project_dir: str, env: str | None) -> None:
+@ENGINE_OPTION
+def endpoint(pipe: str, params: tuple[str, ...], fmt: str, project_dir: str, env: str | None, engine: str) -> None:
     """Call an endpoint pipe with parameters, as `GET /v0/pipes/PIPE.json` would.
+
+    DuckDB answers from the tables' current snapshots without starting Spark, unless the pipe uses what it cannot
+    answer with Spark's meaning (then Spark does; `--format json` says which in `statistics.engine`).
 
     \b
     Example:
@@ -58,7 +73,7 @@ def endpoint(pipe: str, params: tuple[str, ...], fmt: str, project_dir: str, env
     """
 
     def body() -> int:
-        result = load_project(project_dir, env).endpoint(pipe, **parse_params(params))
+        result = load_project(project_dir, env, engine=engine).endpoint(pipe, **parse_params(params))
         if fmt == "json":
             click.echo(json.dumps(result.to_json(), indent=2))
         else:
@@ -69,10 +84,7 @@ def endpoint(pipe: str, params: tuple[str, ...], fmt: str, project_dir: str, env
 
 
 def print_rows(columns: list[str], rows: list[dict], fmt: str) -> None:
-    if fmt == "json":
-        click.echo(json.dumps({"meta": [{"name": c} for c in columns], "data": rows, "rows": len(rows)},
-                              indent=2, default=str))
-    elif fmt == "ndjson":
+    if fmt == "ndjson":
         for row in rows:
             click.echo(json.dumps(row, default=str))
     elif fmt == "csv":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, run
+from pipeframe.cli.common import ENGINE_OPTION, ENV_OPTION, PROJECT_OPTION, load_project, run
 from pipeframe.errors import PipeframeError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -17,7 +17,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
               help="Port to listen on (0 picks a free one).")
 @PROJECT_OPTION
 @ENV_OPTION
-def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
+@ENGINE_OPTION
+def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) -> None:
     """Serve the deployed project over HTTP until Ctrl-C.
 
     Endpoints answer as in Tinybird (GET /v0/pipes/NAME.json|.csv|.ndjson?param=...), events land with
@@ -25,6 +26,8 @@ def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
     ?wait=true for 200 once the views applied them), views are kept up to date in the background and managed
     under /v0/views, and
     /docs shows the OpenAPI document. Tokens from pipeframe.yaml `tokens:` are enforced when there are any.
+    Endpoints are answered by DuckDB over the tables' snapshots, by Spark where that cannot answer as Spark would
+    (`statistics.engine` says which; `--engine spark` answers every one with Spark).
     The project must be deployed first (`pipeframe deploy`).
 
     \b
@@ -38,7 +41,7 @@ def serve(host: str, port: int, project_dir: str, env: str | None) -> None:
         from pipeframe.copy import CopyScheduler, schedules
         from pipeframe.server import RunningServer, Service, serve_forever
 
-        project = load_project(project_dir, env)
+        project = load_project(project_dir, env, engine=engine)
         project.require_valid()
         if project.deployed_version() < 0 or not project.snapshot:  # a local warehouse is looked at before Spark
             raise PipeframeError("PF818", f"Nothing is deployed in {project.config.warehouse_uri}.",

@@ -10,7 +10,15 @@ from typing import Self
 
 import click
 
-from pipeframe.cli.common import ENV_OPTION, PROJECT_OPTION, load_project, print_refreshes, rich_console, run
+from pipeframe.cli.common import (
+    ENGINE_OPTION,
+    ENV_OPTION,
+    PROJECT_OPTION,
+    load_project,
+    print_refreshes,
+    rich_console,
+    run,
+)
 
 
 @click.command()
@@ -164,11 +172,13 @@ def optimize(name: str | None, project_dir: str, env: str | None) -> None:
 @PROJECT_OPTION
 @ENV_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for tools and CI).")
-def status(view: str | None, project_dir: str, env: str | None, as_json: bool) -> None:
+@ENGINE_OPTION
+def status(view: str | None, project_dir: str, env: str | None, as_json: bool, engine: str) -> None:
     """Show each materialized view's status, size, lag behind its source and backfill progress.
 
     Statuses: active, backfilling, rebuilding, paused, stale (its source changed in place; refresh --full),
-    error (see the reason; `pipeframe recover`).
+    error (see the reason; `pipeframe recover`). Read from the tables' logs without starting Spark where they can
+    say it (a local warehouse; object storage goes through Spark for the histories).
 
     \b
     Example:
@@ -176,7 +186,7 @@ def status(view: str | None, project_dir: str, env: str | None, as_json: bool) -
     """
 
     def body() -> int:
-        statuses = load_project(project_dir, env).status(view)
+        statuses = load_project(project_dir, env, engine=engine).status(view)
         if as_json:
             click.echo(json.dumps([s.to_json() for s in statuses], indent=2, default=str))
             return 0

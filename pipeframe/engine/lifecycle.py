@@ -4,16 +4,22 @@ size and backfill progress, and the transitions pause, resume, recover and delet
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pipeframe.engine import tables
 from pipeframe.engine.deploy import Deployer, DeployResult
 from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
 from pipeframe.engine.warehouse import ViewRecord
+from pipeframe.errors import PipeframeError
 from pipeframe.plan.diff import drop_views
-from pipeframe.plan.snapshot import DeployedResource
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.sqltext import first_line, quote_path
+
+if TYPE_CHECKING:
+    from pipeframe.engine.session import SparkSession
 
 RATE_SECONDS = 60.0  # the window of a view's rows/s
 STATUSES = ("active", "backfilling", "rebuilding", "paused", "stale", "error")
@@ -70,6 +76,95 @@ def effective_status(record: ViewRecord) -> str:
     return "paused" if record.paused else "active"
 
 
+@dataclass(frozen=True)
+class TableDetail:
+    """A table's current snapshot in figures: data files, their bytes, and its rows."""
+
+    files: int
+    bytes: int
+    rows: int
+
+
+def resolve_view(deployed: DeployedSnapshot, name: str) -> DeployedResource:
+    """A deployed view by its target name or its pipe name; PF701 when there is none."""
+    views = deployed.views()
+    for view in views:
+        if name in (view.state.name, view.state.view_pipe):
+            return view
+    known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in views)) or "none deployed"
+    hint = f"Materialized pipes: {known}."
+    if deployed.table(name) is not None:
+        hint = f"`{name}` is a landing datasource, not a view. " + hint
+    raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
+                         hint + " Run `pipeframe deploy` after adding one.")
+
+
+def view_statuses(deployed: DeployedSnapshot, records: Mapping[str, ViewRecord], name: str | None,
+                  spark: SparkSession | None, detail: Callable[[str], TableDetail]) -> list[ViewStatus]:
+    """What `pipeframe status` shows for the view `name` (every view when None). Histories are read from the tables'
+    logs, through `spark` where the log cannot answer; without a session (None) that raises NeedsSpark. `detail`
+    gives a table's figures."""
+    views = [resolve_view(deployed, name)] if name else deployed.views()
+    return [_status(deployed, v, records.get(v.state.name) or ViewRecord(v.state.name), spark, detail)
+            for v in views]
+
+
+def _status(deployed: DeployedSnapshot, view: DeployedResource, record: ViewRecord, spark: SparkSession | None,
+            detail: Callable[[str], TableDetail]) -> ViewStatus:
+    """Never raises for a damaged table: what cannot be read is reported as the view's error."""
+    path = view.path or ""
+    rows = files = size = 0
+    rate = 0.0
+    watermark = tables.Watermark(None)
+    problem = None
+    try:
+        figures = detail(path)
+        files, size, rows = figures.files, figures.bytes, figures.rows
+        watermark = tables.read_watermark(spark, path)
+        rate = _rate(spark, path)
+    except tables.NeedsSpark:
+        raise
+    except Exception as exc:  # noqa: BLE001 — shown as the view's error; `recover` rebuilds the table
+        problem = f"cannot read its table: {first_line(exc)}"
+    source = deployed.table(view.state.source or "")
+    source_version = lag = lag_seconds = None
+    try:
+        if source is not None and source.path:
+            latest = tables.latest_commit(spark, source.path)
+            source_version = latest.version
+            if watermark.source_version is not None:
+                lag, lag_seconds = _lag(spark, source.path, watermark.source_version, latest.version,
+                                        view.state.follow_ttl)
+    except tables.NeedsSpark:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        problem = problem or f"cannot read its source `{view.state.source}`: {first_line(exc)}"
+    reason = record.error or problem or record.stale_reason
+    state = "error" if problem and not record.backfill else effective_status(record)
+    backfill = BackfillProgress.from_run(view.state.name, record.backfill) if record.backfill else None
+    return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
+                      view.state.source, source_version, watermark.source_version, lag, lag_seconds,
+                      watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill,
+                      rate, watermark.commit.metadata.get("path") if watermark.commit else None)
+
+
+def _rate(spark: SparkSession | None, path: str) -> float:
+    """Source rows a view applied per second over the last minute (its commits record how many)."""
+    since = time.time() - RATE_SECONDS
+    recent = [c for c in tables.history(spark, path, 200) if c.epoch >= since]
+    return sum(int(c.metadata.get("rows") or 0) for c in recent) / RATE_SECONDS
+
+
+def _lag(spark: SparkSession | None, source_path: str, applied: int, latest: int,
+         follow_ttl: bool) -> tuple[int, float]:
+    """Source commits with rows not applied yet, and how long the oldest of them has waited."""
+    if latest <= applied:
+        return 0, 0.0
+    commits = tables.as_followed(tables.commits_between(spark, source_path, applied, latest), follow_ttl)
+    pending = [c for c in commits if c.changes_data]
+    return len(pending), max(0.0, time.time() - min(c.epoch for c in pending)) if pending else 0.0
+
+
 class Lifecycle:
     """Reads and changes the lifecycle of the deployed views of one warehouse."""
 
@@ -79,57 +174,13 @@ class Lifecycle:
         self.warehouse = materializer.warehouse
 
     def status(self, name: str | None = None) -> list[ViewStatus]:
-        views = [self.materializer.resolve(name)] if name else self.materializer.views()
-        records = self.warehouse.view_records()
-        return [self._status(v, records.get(v.state.name) or ViewRecord(v.state.name)) for v in views]
+        return view_statuses(self.materializer.deployed, self.warehouse.view_records(), name, self.spark,
+                             self._detail)
 
-    def _status(self, view: DeployedResource, record: ViewRecord) -> ViewStatus:
-        """Never raises for a damaged table: what cannot be read is reported as the view's error."""
-        path = view.path or ""
-        rows = files = size = 0
-        rate = 0.0
-        watermark = tables.Watermark(None)
-        problem = None
-        try:
-            detail = self.spark.sql(f"DESCRIBE DETAIL {quote_path(path)}").first()
-            files, size = int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
-            rows = int(self.spark.sql(f"SELECT count(*) FROM {quote_path(path)}").first()[0])
-            watermark = tables.read_watermark(self.spark, path)
-            rate = self._rate(path)
-        except Exception as exc:  # noqa: BLE001 — shown as the view's error; `recover` rebuilds the table
-            problem = f"cannot read its table: {first_line(exc)}"
-        source = self.materializer.deployed.table(view.state.source or "")
-        source_version = lag = lag_seconds = None
-        try:
-            if source is not None and source.path:
-                latest = tables.latest_commit(self.spark, source.path)
-                source_version = latest.version
-                if watermark.source_version is not None:
-                    lag, lag_seconds = self._lag(source.path, watermark.source_version, latest.version,
-                                                  view.state.follow_ttl)
-        except Exception as exc:  # noqa: BLE001
-            problem = problem or f"cannot read its source `{view.state.source}`: {first_line(exc)}"
-        reason = record.error or problem or record.stale_reason
-        state = "error" if problem and not record.backfill else effective_status(record)
-        backfill = BackfillProgress.from_run(view.state.name, record.backfill) if record.backfill else None
-        return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
-                          view.state.source, source_version, watermark.source_version, lag, lag_seconds,
-                          watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill,
-                          rate, watermark.commit.metadata.get("path") if watermark.commit else None)
-
-    def _rate(self, path: str) -> float:
-        """Source rows a view applied per second over the last minute (its commits record how many)."""
-        since = time.time() - RATE_SECONDS
-        recent = [c for c in tables.history(self.spark, path, 200) if c.epoch >= since]
-        return sum(int(c.metadata.get("rows") or 0) for c in recent) / RATE_SECONDS
-
-    def _lag(self, source_path: str, applied: int, latest: int, follow_ttl: bool) -> tuple[int, float]:
-        """Source commits with rows not applied yet, and how long the oldest of them has waited."""
-        if latest <= applied:
-            return 0, 0.0
-        commits = tables.as_followed(tables.commits_between(self.spark, source_path, applied, latest), follow_ttl)
-        pending = [c for c in commits if c.changes_data]
-        return len(pending), max(0.0, time.time() - min(c.epoch for c in pending)) if pending else 0.0
+    def _detail(self, path: str) -> TableDetail:
+        detail = self.spark.sql(f"DESCRIBE DETAIL {quote_path(path)}").first()
+        rows = int(self.spark.sql(f"SELECT count(*) FROM {quote_path(path)}").first()[0])
+        return TableDetail(int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0), rows)
 
     def pause(self, name: str, permanent: bool = False) -> ViewRecord:
         """Stop applying new source rows to a view; it keeps its watermark and catches up on resume."""

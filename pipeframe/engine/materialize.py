@@ -139,15 +139,9 @@ class Materializer:
 
     def resolve(self, name: str) -> DeployedResource:
         """A view by its target name or its pipe name."""
-        for view in self.views():
-            if name in (view.state.name, view.state.view_pipe):
-                return view
-        known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in self.views())) or "none deployed"
-        hint = f"Materialized pipes: {known}."
-        if self.deployed.table(name) is not None:
-            hint = f"`{name}` is a landing datasource, not a view. " + hint
-        raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
-                             hint + " Run `pipeframe deploy` after adding one.")
+        from pipeframe.engine.lifecycle import resolve_view
+
+        return resolve_view(self.deployed, name)
 
     def table(self, name: str) -> DeployedResource:
         resource = self.deployed.table(name)

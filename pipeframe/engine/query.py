@@ -26,6 +26,7 @@ class Answer:
     rows: list[tuple[Any, ...]]
     rows_read: int
     bytes_read: int
+    engine: str = "spark"
 
 
 def plan(spark: SparkSession, sql: str, pipe: CompiledPipe) -> DataFrame:
@@ -38,6 +39,17 @@ def collect(frame: DataFrame, pipe: CompiledPipe) -> Answer:
     """Run `frame` and return its rows, schema and scan statistics; a Spark error is a PF807 naming `pipe`."""
     with query_errors(pipe):
         rows = frame.collect()
+    return _answer(frame, rows)
+
+
+def collect_query(frame: DataFrame, readable: Iterable[str] = ()) -> Answer:
+    """`collect` for ad-hoc SQL: a Spark error is a PF808 (`sql_errors`)."""
+    with sql_errors(readable):
+        rows = frame.collect()
+    return _answer(frame, rows)
+
+
+def _answer(frame: DataFrame, rows: list) -> Answer:
     meta = tuple((f.name, f.dataType.simpleString()) for f in frame.schema.fields)
     return Answer(meta, rows, *scan_statistics(frame))
 
@@ -52,7 +64,7 @@ def query_errors(pipe: CompiledPipe) -> Iterator[None]:
         first = spark_error_line(exc)
         if first is None:
             raise
-        raise PipeframeError("PF807", f"The query of `{pipe.name}` failed in Spark: {first}",
+        raise PipeframeError("PF807", f"The query of `{pipe.name}` failed: {first}",
                              f"Check the SQL of {pipe.definition.location.path} for these parameter values "
                              f"(`pipeframe sql {pipe.name}` prints it).", http_status=500) from None
 
@@ -80,13 +92,19 @@ def sql_errors(readable: Iterable[str] = ()) -> Iterator[None]:
         first = spark_error_line(exc, sql_only=True)
         if first is None:
             raise
-        names = sorted(readable)
-        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
-        reads = (f"it reads the deployed resources by name: {shown} (and `<datasource>_quarantine`)" if names
-                 else "nothing is deployed yet, run `pipeframe deploy` first")
-        raise PipeframeError("PF808", f"The query failed in Spark: {first}",
-                             f"Fix the query (Spark SQL): {reads}. `pipeframe sql PIPE` prints a pipe's "
-                             "compiled SQL.", http_status=400) from None
+        raise sql_error(first, readable) from None
+
+
+def sql_error(first: str, readable: Iterable[str] = ()) -> PipeframeError:
+    """The PF808 of an ad-hoc query that failed with `first` (an error's first line): what failed, and the names the
+    query can read (`readable`) in the hint."""
+    names = sorted(readable)
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    reads = (f"it reads the deployed resources by name: {shown} (and `<datasource>_quarantine`)" if names
+             else "nothing is deployed yet, run `pipeframe deploy` first")
+    return PipeframeError("PF808", f"The query failed: {first}",
+                          f"Fix the query (Spark SQL): {reads}. `pipeframe sql PIPE` prints a pipe's "
+                          "compiled SQL.", http_status=400)
 
 
 # A Spark SQL exception as py4j shows it when pyspark did not convert it (`: org.apache.spark.sql.AnalysisException:

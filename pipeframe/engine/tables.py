@@ -141,15 +141,23 @@ class Watermark:
         return {str(k): int(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
 
 
-def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit]:
+class NeedsSpark(Exception):
+    """What was asked, without a Spark session, can only be answered by Spark (a table's log this process cannot
+    read exactly: on object storage, or cleaned)."""
+
+
+def history(spark: SparkSession | None, path: str, limit: int | None = None) -> list[Commit]:
     """The newest `limit` commits of a table, newest first: read from the commit files of a local table's
-    `_delta_log` when they can answer exactly (no Spark job), else with `DESCRIBE HISTORY` (counted in IO)."""
+    `_delta_log` when they can answer exactly (no Spark job), else with `DESCRIBE HISTORY` (counted in IO); without
+    a session (`spark` None), NeedsSpark where the log cannot answer."""
     folder = local_folder(path)
     if folder is not None:
         commits = deltalog.history(folder, limit)
         if commits is not None:
             IO["history_log"] += 1
             return commits
+    if spark is None:
+        raise NeedsSpark(f"the history of {path}")
     sql = f"DESCRIBE HISTORY {quote_path(path)}" + (f" LIMIT {int(limit)}" if limit else "")
     IO["history"] += 1
     commits = []
@@ -161,7 +169,7 @@ def history(spark: SparkSession, path: str, limit: int | None = None) -> list[Co
     return commits
 
 
-def latest_commit(spark: SparkSession, path: str) -> Commit:
+def latest_commit(spark: SparkSession | None, path: str) -> Commit:
     return history(spark, path, 1)[0]
 
 
@@ -181,7 +189,7 @@ def find_commit(spark: SparkSession, path: str, key: str, value: str, within: in
             limit = min(limit or within, within)
 
 
-def commits_between(spark: SparkSession, path: str, after: int, upto: int) -> list[Commit]:
+def commits_between(spark: SparkSession | None, path: str, after: int, upto: int) -> list[Commit]:
     """The commits with after < version <= upto, oldest first."""
     commits = [c for c in history(spark, path, upto - after + 1) if after < c.version <= upto]
     if len(commits) < upto - after:  # newer commits arrived meanwhile: read further back
@@ -198,7 +206,7 @@ def as_followed(commits: list[Commit], follow_ttl: bool) -> list[Commit]:
             if c.metadata.get("op") == "ttl" else c for c in commits]
 
 
-def read_watermark(spark: SparkSession, path: str) -> Watermark:
+def read_watermark(spark: SparkSession | None, path: str) -> Watermark:
     """The newest watermark a view's table records (in the userMetadata of its newest state commit)."""
     limit: int | None = 20
     while True:

@@ -11,10 +11,10 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeframe.engine import deltalog
 from pipeframe.engine.conflicts import local_folder, retrying
@@ -71,6 +71,12 @@ class ViewRecord:
     stale_reason: str | None = None
     error: str | None = None
     backfill: dict | None = None  # the running (or interrupted) populate/rebuild; see engine.materialize
+
+
+def view_record(row: Mapping[str, Any]) -> ViewRecord:
+    """A view's record from its row in the records table (`VIEW_COLUMNS`)."""
+    return ViewRecord(row["name"], bool(row["paused"]), bool(row["permanent"]), row["stale_reason"], row["error"],
+                      json.loads(row["backfill"]) if row["backfill"] else None)
 
 
 def now() -> datetime:
@@ -223,9 +229,7 @@ class Warehouse:
         read = deltalog.read_rows(folder, VIEW_COLUMNS) if folder is not None else None
         rows = read[1] if read is not None else \
             [r.asDict() for r in self.spark.read.format("delta").load(self.views_path).collect()]
-        records = {r["name"]: ViewRecord(r["name"], bool(r["paused"]), bool(r["permanent"]), r["stale_reason"],
-                                         r["error"], json.loads(r["backfill"]) if r["backfill"] else None)
-                   for r in rows}
+        records = {r["name"]: view_record(r) for r in rows}
         if read is not None:
             self._records_at = (read[0], records)
         return dict(records)

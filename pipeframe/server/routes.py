@@ -210,7 +210,10 @@ def render(result: EndpointResult, fmt: str) -> Response:
     """An endpoint answer as Tinybird formats it: json (meta, data, rows, statistics), csv with a header row,
     or ndjson (one object per line)."""
     if fmt == "json":
-        return JSONResponse(finite(result.to_json()))
+        try:  # Starlette refuses NaN and infinities (allow_nan=False): look for them only when there are any
+            return JSONResponse(result.to_json())
+        except ValueError:
+            return JSONResponse(finite(result.to_json()))
     if fmt == "ndjson":
         return Response("".join(json.dumps(finite(row)) + "\n" for row in result.data), media_type=FORMATS[fmt])
     out = io.StringIO()

@@ -126,7 +126,8 @@ class Service:
                 fresh = project.reload()
                 if fresh.compiled.errors:  # a save half-written: keep the files served, take the new state
                     fresh = project
-                self.reload(fresh, fresh.warehouse.snapshot(fresh=True))
+                fresh.warehouse.snapshot(fresh=True)  # for the writers and for Spark's answers
+                self.reload(fresh)  # the read path reads what is deployed at each request
             except Exception:  # e.g. the state store read while being written: the next request tries again
                 log.warning("Cannot read the deployed state yet; serving the previous one.", exc_info=True)
 
@@ -232,5 +233,5 @@ class Service:
         with self.lock:
             before = self.current.endpoints.deployed
             result = self.project.delete_view(view, force)
-            self.current.endpoints.refresh(self.project.snapshot)  # dropped endpoints answer "not deployed"
+            self.current.endpoints.refresh()  # dropped endpoints answer "not deployed"
             return [before[c.key] for c in result.plan.pending if c.key in before]

@@ -76,9 +76,11 @@ class Life:
         if not same(want, got):
             self.failures.append(f"{step}: got {got!r}, expected {want!r}")
 
-    @staticmethod
-    def top_products(project) -> list[dict]:
-        return project.endpoint("top_products", limit=100).data
+    def top_products(self, project) -> list[dict]:
+        """The endpoint's rows; which engine answered each call is kept in `seen["engines"]`."""
+        answer = project.endpoint("top_products", limit=100)
+        self.seen.setdefault("engines", []).append([answer.engine, answer.engine_reason])
+        return answer.data
 
     def load_fixtures(self, project, root: Path) -> list[dict]:
         """Append the example's fixtures, run its own endpoint tests (answers computed on local[*]) and check

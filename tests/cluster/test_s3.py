@@ -83,6 +83,8 @@ def life(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_every_answer_is_the_local_one(life: dict) -> None:
     assert life["failures"] == []
+    # The read path (delta-rs over the bucket, DuckDB) answered every call, reads without a LogStore too.
+    assert life["engines"] and all(engine == ["duckdb", None] for engine in life["engines"]), life["engines"]
     assert life["endpoint_cases"] >= 5
     assert [step for step, _ in life["steps"]] == ["fixtures: top_products", "idempotent append: top_products",
                              "refresh: top_products", "populate: top_products", "optimize: top_products",

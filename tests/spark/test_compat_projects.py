@@ -80,8 +80,22 @@ def endpoints_of(project: Project) -> set[str]:
     return {name for name, pipe in project.compiled.pipes.items() if pipe.type == "endpoint"}
 
 
+# Which engine answered each endpoint call (the read path, or Spark with the reason it gave): printed per module.
+ENGINES: Counter[tuple[str, str]] = Counter()
+
+
 def call(project: Project, pipe: str, **params) -> list[dict]:
-    return project.endpoint(pipe, **params).data
+    """The endpoint's rows, as its HTTP route answers them (the read path where it can answer as Spark would)."""
+    answer = project.endpoint(pipe, **params)
+    assert answer.engine == "duckdb" or answer.engine_reason, (pipe, answer.engine)  # Spark only with a reason
+    ENGINES[(answer.engine, f"{pipe}: {answer.engine_reason}" if answer.engine_reason else pipe)] += 1
+    return answer.data
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engines_used():
+    yield
+    print("\nendpoint calls by engine:", dict(ENGINES))
 
 
 def ordered_top(got: list[dict], full: list[dict], key: str, limit: int) -> None:

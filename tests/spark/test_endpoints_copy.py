@@ -170,7 +170,7 @@ def test_ad_hoc_sql_that_spark_rejects_is_the_users_error(project, sql, error_cl
         project.query(sql)
     error, [diagnostic] = caught.value, caught.value.diagnostics
     assert error.code == "PF808" and error.exit_code == 1 and error.http_status == 400
-    assert diagnostic.message.startswith(f"The query failed in Spark: {error_class}")
+    assert diagnostic.message.startswith(f"The query failed: {error_class}")
     assert "\n" not in diagnostic.message and "Project [" not in diagnostic.message  # no logical plan
     assert "events, hourly, hourly_copy" in diagnostic.hint and "pipeframe sql" in diagnostic.hint
 

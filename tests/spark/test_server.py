@@ -221,7 +221,8 @@ def test_json_csv_and_ndjson_answer_the_same_rows_as_project_endpoint(http, proj
     assert body["data"] == expected.data and body["meta"] == expected.to_json()["meta"] and body["rows"] == 2
     assert [m["name"] for m in body["meta"]] == ["product", "orders", "revenue", "currency"]
     assert body["data"][0] == {"product": "pot", "orders": 2, "revenue": 58.0, "currency": "USD"}
-    assert set(body["statistics"]) == {"elapsed", "rows_read", "bytes_read"}
+    assert set(body["statistics"]) == {"elapsed", "rows_read", "bytes_read", "engine"}
+    assert body["statistics"]["engine"] == "duckdb" and body["statistics"]["rows_read"] > 0  # no Spark job answered
 
     as_csv = http.get("/v0/pipes/top.csv", params=params, headers=READER)
     assert as_csv.status_code == 200 and as_csv.headers["content-type"].startswith("text/csv")
@@ -425,6 +426,56 @@ def test_events_land_through_the_views_and_bad_lines_are_quarantined(http, proje
     assert_error(http.post("/v0/events", content=b"{}", headers=INGEST), 400, "PF815", "name")
     assert_error(http.post("/v0/events", params={"name": "events"}, content=b"\n \n", headers=INGEST), 400, "PF815")
     assert revenue_by_product(http) == after
+
+
+def test_every_acknowledged_commit_and_a_rebuilds_swap_are_in_the_very_next_answer(http, project):
+    """The read path reads each table at its newest committed version: rows a `wait=true` request landed, and a view
+    rebuilt into a new version and swapped in, are in the answer of the request that follows."""
+    for i in range(4):
+        product = f"fresh-{i}"
+        landed = post_events(http, [{"ts": "2024-05-04 12:00:00", "user": "u7", "product": product,
+                                     "amount": 1.25 + i, "quantity": 1}])
+        assert landed.status_code == 200, landed.text
+        answer = http.get("/v0/pipes/top.json", params={"limit": "100"}, headers=READER)
+        assert answer.status_code == 200 and answer.json()["statistics"]["engine"] == "duckdb", answer.text
+        assert {r["product"]: r["revenue"] for r in answer.json()["data"]}[product] == 1.25 + i
+
+    for amount in (1.0, 2.0):  # two state rows of one key: the rebuild below folds them into one
+        assert post_events(http, [{"ts": "2024-05-04 12:30:00", "user": "u7", "product": "fresh-0", "amount": amount,
+                                   "quantity": 1}]).status_code == 200
+    before = http.get("/v0/pipes/top.json", params={"limit": "100"}, headers=READER).json()
+    old = project.warehouse.snapshot(fresh=True).table("hourly")
+    [rebuilt, *_] = project.refresh("hourly", full=True)
+    new = project.warehouse.snapshot(fresh=True).table("hourly")
+    assert rebuilt.outcome == "rebuilt" and new.path != old.path
+    after = http.get("/v0/pipes/top.json", params={"limit": "100"}, headers=READER).json()
+    assert after["data"] == before["data"]
+    rows = project.spark.read.format("delta").load(new.path).count()  # one row per key after the rebuild
+    assert after["statistics"]["rows_read"] == rows < before["statistics"]["rows_read"]
+
+
+def test_endpoint_requests_are_answered_in_parallel_while_events_land(http, server):
+    """Readers on many threads and a writer at once: every read answers 200 on the read path, with an answer from
+    before or after the write, never a half-applied one."""
+    import concurrent.futures
+
+    def read(_: int) -> tuple[int, str, float]:
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            answer = client.get("/v0/pipes/top.json", params={"limit": "100"}, headers=READER)
+            body = answer.json()
+            revenue = {r["product"]: r["revenue"] for r in body.get("data", [])}.get("mug", 0.0)
+            return answer.status_code, body.get("statistics", {}).get("engine", ""), revenue
+
+    before = revenue_by_product(http)["mug"]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        reads = [pool.submit(read, i) for i in range(48)]
+        landed = post_events(http, [{"ts": "2024-05-04 13:00:00", "user": "u8", "product": "mug", "amount": 5.0,
+                                     "quantity": 1}])
+        results = [r.result() for r in reads]
+    assert landed.status_code == 200, landed.text
+    assert {(status, engine) for status, engine, _ in results} == {(200, "duckdb")}
+    assert {revenue for *_, revenue in results} <= {before, before + 5.0}
+    assert revenue_by_product(http)["mug"] == before + 5.0
 
 
 def quarantined(project: Project) -> int:

@@ -61,6 +61,12 @@ RULES = (
          breaking=("endpoints.py", "from pyspark.sql import DataFrame")),
     Rule("only the CLI imports click", covers=("",), exempt=("cli/",), forbidden=("click",),
          breaking=("dev.py", "import click")),
+    Rule("the read path needs no JVM: of the engine it uses only the pyspark-free log reading",
+         covers=("serving/",), forbidden=tuple(f"pipeframe.engine.{m}" for m in (
+             "session", "warehouse", "deploy", "tables", "ingest", "groupcommit", "materialize", "continuous",
+             "lifecycle", "query", "localserver", "partials", "deltaappend")) + ("pipeframe.project",
+                                                                                 "pipeframe.endpoints"),
+         breaking=("serving/reader.py", "from pipeframe.engine.warehouse import Warehouse")),
 )
 
 

@@ -1,0 +1,287 @@
+"""The read path without a JVM: endpoints and ad-hoc SQL over the warehouse's Delta tables, answered by DuckDB.
+
+Every query reads one snapshot of each table it touches, at the newest committed version: the state store's version
+says what is deployed (a deploy or rebuild made by any process is seen by the next query), each table's its rows.
+Each thread queries through its own DuckDB cursor, on which every table is a view named as Spark names it (a view
+target through its finalizing SQL) over the table's rows registered as Arrow. Translations are kept per statement,
+answers per statement and table versions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+from pipeframe.plan.state import ResourceState
+from pipeframe.serving import sketches, translate
+from pipeframe.serving.snapshots import Relation, Snapshots, Unreadable
+from pipeframe.serving.types import duck_simple, spark_type
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from pipeframe.serving.translate import Translation
+
+STATE_TABLE = "_pipeframe/state"
+CACHED_TRANSLATIONS = 512
+CACHED_ANSWERS = 256
+ANSWER_ROWS = 100_000  # answers of more rows are not kept
+
+
+class ReadFailed(Exception):
+    """DuckDB could not answer (an error Spark may not raise): the statement runs on Spark. `reason` says why."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A query's rows as Spark would return them (the same Python values), their (column, Spark type) pairs, what
+    was read, and which engine answered."""
+
+    meta: tuple[tuple[str, str], ...]
+    rows: list[tuple[Any, ...]]
+    rows_read: int
+    bytes_read: int
+    engine: str = "duckdb"
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """What is deployed, as of one version of the state store."""
+
+    version: int
+    snapshot: DeployedSnapshot
+
+    def resource(self, name: str) -> DeployedResource | None:
+        return self.snapshot.table(name)
+
+
+class Reader:
+    """The warehouse at `uri`, read by DuckDB. Thread-safe: a server shares one between its request threads."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None, time_zone: str = "UTC") -> None:
+        import duckdb
+
+        self.uri = uri.rstrip("/")
+        self.time_zone = time_zone
+        self._db = duckdb.connect()
+        self._db.execute("SET TimeZone = 'UTC'")  # Delta stores instants; Spark's session zone is UTC (`_check_zone`)
+        self._functions_made = False  # on first use (creating Python functions in DuckDB costs a numpy import)
+        self.snapshots = Snapshots(self._db, dict(storage_options or {}))
+        self._lock = threading.Lock()
+        self._views_lock = threading.Lock()
+        self._local = threading.local()
+        self._deployed = Deployed(-2, DeployedSnapshot())
+        # name → (what its DuckDB view reads, the deployed definition it was made from, its columns as Spark types)
+        self._views: dict[str, tuple[Relation, ResourceState, dict[str, str]]] = {}
+        self._sketches: set[str] = set()  # views with merged sketch states among their columns
+        self._parsed: OrderedDict[str, tuple[Any, tuple[str, ...]]] = OrderedDict()
+        self._translations: OrderedDict[tuple, Translation] = OrderedDict()
+        self._answers: OrderedDict[tuple, Answer] = OrderedDict()
+
+    # ------------------------------------------------------------------------------------ what is deployed
+    def deployed(self) -> Deployed:
+        """What is deployed now (the state store read again only when its version moved)."""
+        path = f"{self.uri}/{STATE_TABLE}"
+        version = self.snapshots.version(path)
+        current = self._deployed
+        if version == current.version:
+            return current
+        records = self.rows(path, ["record", "version", "path", "state", "deployed_at"]) if version >= 0 else []
+        snapshot = deployed_snapshot(records)
+        fresh = Deployed(version, snapshot)
+        with self._lock:
+            if fresh.version > self._deployed.version:
+                self._deployed = fresh
+        return fresh
+
+    def rows(self, path: str, columns: list[str]) -> list[dict[str, Any]]:
+        """Every row of the (small) table at `path`, its `columns` only; [] while there is no table."""
+        version = self.snapshots.version(path)
+        if version < 0:
+            return []
+        relation = self.snapshots.relation(path, version)
+        cursor = self._db.cursor()
+        try:
+            found = cursor.execute(f'SELECT {", ".join(f"{chr(34)}{c}{chr(34)}" for c in columns)} '
+                                   f'FROM "{relation.name}"')
+            return [dict(zip(columns, (python_value(v) for v in row), strict=True)) for row in found.fetchall()]
+        finally:
+            cursor.close()
+
+    def figures(self, path: str) -> tuple[int, int, int]:
+        """(data files, their bytes, rows) of the table at `path` now, from its log (its rows are not read)."""
+        return self.snapshots.figures(path)
+
+    # ------------------------------------------------------------------------------------------ querying
+    def query(self, spark_sql: str, readable: Iterable[str] | None = None) -> Answer:
+        """Run a statement written for Spark (a compiled endpoint, or ad-hoc SQL over the deployed names).
+
+        Raises `translate.Untranslatable` or `ReadFailed` when DuckDB cannot answer as Spark would (the caller asks
+        Spark), `Unreadable` when a table cannot be read here, `UnknownTable` for a name nothing deployed has,
+        `SparkError` for an error Spark raises too."""
+        self._check_zone()
+        deployed = self.deployed()
+        parsed = self._parsed.get(spark_sql)
+        if parsed is None:
+            tree = translate.parse(spark_sql)
+            parsed = (tree, translate.reads(tree))
+            self._remember(self._parsed, spark_sql, parsed, CACHED_TRANSLATIONS)
+        tree, names = parsed
+        tables = [self._table(deployed, name, readable) for name in names]
+        schema = {name: columns for name, (_, columns) in zip(names, tables, strict=True)}
+        key = (spark_sql, tuple((name, tuple(columns.items())) for name, columns in schema.items()))
+        translation = self._translations.get(key)
+        if translation is None:
+            translation = translate.translate(tree, schema)
+            self._remember(self._translations, key, translation, CACHED_TRANSLATIONS)
+        answer_key = (translation.sql, tuple((r.name, r.version) for r, _ in tables))
+        answer = self._answers.get(answer_key)
+        if answer is None:
+            answer = self._run(translation, [relation for relation, _ in tables])
+            if any(kind == "binary" for _, kind in answer.meta) and self._sketches.intersection(names):
+                # A merged sketch read as bytes: its bytes are Spark's own serialization (the order it merged in)
+                raise ReadFailed("a merged sketch state is read as bytes (its serialization is Spark's own)")
+            if len(answer.rows) <= ANSWER_ROWS:
+                self._remember(self._answers, answer_key, answer, CACHED_ANSWERS)
+        return answer
+
+    def _check_zone(self) -> None:
+        if self.time_zone.upper() not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
+            raise ReadFailed(f"spark.sql.session.timeZone is {self.time_zone}: the read path computes in UTC")
+
+    def _run(self, translation: Translation, read: list[Relation]) -> Answer:
+        import duckdb
+
+        self._functions(translation.sql)
+        cursor = self._cursor()
+        try:
+            result = cursor.execute(translation.sql)
+            rows = result.fetchall()
+            described = result.description or []
+        except duckdb.Error as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if translate.DIVIDE_BY_ZERO.split(".")[0] in message:
+                raise SparkError(translate.DIVIDE_BY_ZERO) from None
+            raise ReadFailed(f"DuckDB: {message[:200]}") from None
+        meta = tuple((column[0], duck_simple(str(column[1]))) for column in described)
+        structs = [str(column[1]).upper().startswith("STRUCT") for column in described]
+        converted = [tuple(python_value(v, struct) for v, struct in zip(row, structs, strict=True)) for row in rows]
+        return Answer(meta, converted, sum(max(t.rows, 0) for t in read), sum(t.bytes for t in read))
+
+    # ------------------------------------------------------------------------------------------ tables
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        local = self._local
+        if getattr(local, "cursor", None) is None:
+            local.cursor = self._db.cursor()
+        return local.cursor
+
+    def _table(self, deployed: Deployed, name: str,
+               readable: Iterable[str] | None) -> tuple[Relation, dict[str, str]]:
+        """The table `name` reads, brought to its newest version, as the DuckDB view `name` (its finalizing SQL, or
+        its declared columns, over its rows), and that view's columns as Spark types."""
+        state, path = self._resolve(deployed, name, readable)
+        try:
+            version = self.snapshots.version(path)
+            if version < 0:  # deployed, but its table is gone (removed by hand, or not made yet): Spark will say
+                raise Unreadable(f"the table of `{name}` is missing")
+            relation = self.snapshots.relation(path, version)
+        except Unreadable as exc:  # said of the table, never of where it is (answers show no paths)
+            raise Unreadable(str(exc).replace(path, f"the table of `{name}`")) from None
+        if not state.columns:  # a quarantine table: its columns are what its files hold
+            state = replace(state, columns=relation.columns)
+        found = self._views.get(name)
+        if found is not None and found[0].name == relation.name and (found[1] is state or found[1] == state):
+            return relation, found[2]
+        with self._views_lock:  # one thread makes a view; DuckDB refuses two changing one catalog entry at once
+            found = self._views.get(name)
+            if found is not None and found[0].name == relation.name and found[1] == state:
+                return relation, found[2]
+            sql = state.read_sql.replace("{table}", "`__pf_state`") if state.read_sql else \
+                f"SELECT {', '.join(f'`{c}`' for c, _ in state.columns)} FROM `__pf_state`"
+            view = translate.translate(translate.parse(sql), {"__pf_state": dict(relation.columns)},
+                                       renames={"__pf_state": relation.name})
+            self._functions(view.sql)
+            cursor = self._db.cursor()
+            try:
+                cursor.execute(f'CREATE OR REPLACE VIEW "{name}" AS {view.sql}')
+                columns = {c[0]: spark_type(str(c[1])) for c in cursor.execute(f'DESCRIBE "{name}"').fetchall()}
+            finally:
+                cursor.close()
+            self._views[name] = (relation, state, columns)
+            if view.sketches:
+                self._sketches.add(name)
+        return relation, columns
+
+    def _resolve(self, deployed: Deployed, name: str, readable: Iterable[str] | None) -> tuple[ResourceState, str]:
+        """The deployed table `name` names, as Spark resolves names (in any case), with its path; a datasource's
+        quarantine is `<datasource>_quarantine`."""
+        tables = [r for r in deployed.snapshot.values() if r.state.has_table and r.path is not None]
+        for resource in tables:
+            if resource.state.name.lower() == name.lower():
+                return resource.state, resource.path or ""
+        for resource in tables:
+            if resource.state.kind == "datasource" and name.lower() == f"{resource.state.name}_quarantine".lower():
+                return quarantine_state(resource.state.name), f"{self.uri}/quarantine/{resource.state.name}"
+        raise UnknownTable(name, sorted(readable) if readable is not None else sorted(r.state.name for r in tables))
+
+    def _functions(self, sql: str) -> None:
+        """Register the sketch functions before the first statement that calls them (creating Python functions in
+        DuckDB costs a numpy import, which a read of plain columns need not pay)."""
+        if not self._functions_made and "PF_" in sql.upper():
+            with self._lock:
+                if not self._functions_made:
+                    sketches.register(self._db)
+                    self._functions_made = True
+
+    def _remember(self, cache: OrderedDict, key: Any, value: Any, size: int) -> None:
+        with self._lock:  # request threads share the caches
+            cache[key] = value
+            while len(cache) > size:
+                cache.popitem(last=False)
+
+
+class UnknownTable(Exception):
+    """A name the statement reads that nothing deployed has (Spark's TABLE_OR_VIEW_NOT_FOUND)."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(name)
+        self.name = name
+        self.known = known
+
+
+class SparkError(Exception):
+    """An error Spark raises too, with Spark's words (a division by zero under ANSI mode)."""
+
+
+def deployed_snapshot(records: list[dict]) -> DeployedSnapshot:
+    """The deployed resources of the state store's rows (`record = 'resource'`), as `Warehouse.snapshot` reads them."""
+    return DeployedSnapshot.of(
+        DeployedResource(ResourceState.from_json(json.loads(r["state"])), int(r["version"] or 0), r["path"],
+                         r["deployed_at"]) for r in records if r["record"] == "resource")
+
+
+def quarantine_state(datasource: str) -> ResourceState:
+    """A datasource's quarantine table as a resource without columns (`<datasource>_quarantine`: every column its
+    files hold is read)."""
+    from pipeframe.compiler.graph import ResourceKey
+
+    return ResourceState(ResourceKey.datasource(f"{datasource}_quarantine"), f"{datasource}_quarantine", "datasource")
+
+
+def python_value(value: Any, struct: bool = False) -> Any:
+    """A DuckDB value as pyspark's `collect()` gives it: a TIMESTAMP (with time zone) as a naive datetime in this
+    process's local time, a STRUCT (`struct`: the column is one) as a tuple of its fields, as a Row is."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone().replace(tzinfo=None)
+    if isinstance(value, dict):
+        values = {k: python_value(v) for k, v in value.items()}
+        return tuple(values.values()) if struct else values
+    if isinstance(value, list):
+        return [python_value(v) for v in value]
+    return value

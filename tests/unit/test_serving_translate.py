@@ -1,0 +1,134 @@
+"""The read path's translation of Spark SQL to DuckDB (`pipeframe.serving.translate`), run in an in-process DuckDB: each
+transform gives Spark's answer where DuckDB's own would differ, and what has no translation is refused by name."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import pytest
+
+from pipeframe.serving import sketches, translate
+from pipeframe.serving.translate import Untranslatable
+
+SCHEMA = {"t": {"n": "INT", "big": "BIGINT", "x": "DOUBLE", "s": "STRING", "ts": "TIMESTAMP", "d": "DECIMAL(10,2)",
+                "h": "BINARY"}}
+
+
+@pytest.fixture(scope="module")
+def db() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE t (n INTEGER, big BIGINT, x DOUBLE, s VARCHAR, ts TIMESTAMPTZ, d DECIMAL(10,2), "
+                "h BLOB)")
+    con.execute("INSERT INTO t VALUES (7, 9223372036854775000, 2.675, 'héllo', '2024-05-01 10:30:00+00', 1.25, "
+                "NULL), (-7, 1, 1.005, NULL, '2024-05-01 23:59:59+00', 2.50, NULL), (0, 2, -0.5, 'ab', NULL, NULL, "
+                "NULL)")
+    sketches.register(con)
+    return con
+
+
+def run(db: duckdb.DuckDBPyConnection, spark_sql: str) -> tuple[list[tuple], translate.Translation]:
+    translation = translate.translate(translate.parse(spark_sql), SCHEMA)
+    return db.execute(translation.sql).fetchall(), translation
+
+
+def test_round_of_a_double_is_half_up_on_the_decimal_it_prints_as(db):
+    # Spark: round(2.675, 2) = 2.68, round(1.005, 2) = 1.01, round(-0.5) = -1 (DuckDB's own: 2.67, 1.0)
+    rows, _ = run(db, "SELECT round(x, 2) AS r, round(x) AS r0 FROM t ORDER BY n DESC")
+    assert rows == [(2.68, 3.0), (-0.5, -1.0), (1.01, 1.0)]
+    assert db.execute("SELECT round(2.675::DOUBLE, 2)").fetchone() == (2.67,)  # what the transform is for
+
+
+def test_division_by_zero_raises_sparks_error_class_and_div_truncates(db):
+    rows, _ = run(db, "SELECT n DIV 2 AS q, x / 4 AS f, try_divide(x, n) AS safe FROM t ORDER BY n")
+    assert rows == [(-3, 1.005 / 4, 1.005 / -7), (0, -0.125, None), (3, 2.675 / 4, 2.675 / 7)]
+    for sql in ("SELECT x / n FROM t", "SELECT n % 0 FROM t", "SELECT n DIV 0 FROM t"):
+        translation = translate.translate(translate.parse(sql), SCHEMA)
+        with pytest.raises(duckdb.Error, match=r"\[DIVIDE_BY_ZERO\]"):
+            db.execute(translation.sql).fetchall()
+
+
+def test_results_take_sparks_types(db):
+    _, translation = run(db, "SELECT sum(big) AS total, max(length(s)) AS len, max(floor(x)) AS fl, "
+                             "max(year(ts)) AS y, count(*) AS c FROM t")
+    described = [str(c[1]) for c in db.execute(translation.sql).description]
+    assert described == ["BIGINT", "INTEGER", "BIGINT", "INTEGER", "BIGINT"]  # not HUGEINT, BIGINT, DOUBLE
+    with pytest.raises(duckdb.Error, match="Overflow|out of range"):  # Spark's ANSI sum overflows too
+        db.execute(translate.translate(translate.parse("SELECT sum(big) + 1000 AS t FROM t"), SCHEMA).sql).fetchall()
+
+
+def test_like_escapes_with_a_backslash_as_spark_does(db):
+    rows, _ = run(db, r"SELECT count_if(s LIKE 'h\_llo') AS plain, count_if('a_b' LIKE 'a\_b') AS escaped FROM t")
+    assert rows == [(0, 3)]
+
+
+def test_timestamps_are_instants_truncated_in_the_session_zone(db):
+    rows, translation = run(db, "SELECT date_trunc('HOUR', ts) AS h, to_date(ts) AS d FROM t WHERE ts >= "
+                                "CAST('2024-05-01 10:00:00' AS TIMESTAMP) ORDER BY ts")
+    assert [str(c[1]) for c in db.execute(translation.sql).description] == ["TIMESTAMP WITH TIME ZONE", "DATE"]
+    assert [(r[0].isoformat(), r[1].isoformat()) for r in rows] == [
+        ("2024-05-01T10:00:00+00:00", "2024-05-01"), ("2024-05-01T23:00:00+00:00", "2024-05-01")]
+
+
+def test_nulls_sort_where_spark_puts_them(db):
+    rows, _ = run(db, "SELECT s FROM t ORDER BY s")
+    assert rows == [(None,), ("ab",), ("héllo",)]  # ascending: NULLS FIRST (DuckDB's default is last)
+    rows, _ = run(db, "SELECT s FROM t ORDER BY s DESC")
+    assert rows == [("héllo",), ("ab",), (None,)]
+
+
+@pytest.mark.parametrize(("sql", "construct"), [
+    ("SELECT approx_count_distinct(s) FROM t", "APPROX_DISTINCT"),  # Spark's HLL++ is not DuckDB's HLL
+    ("SELECT percentile_approx(x, 0.5) FROM t", "APPROX_QUANTILE"),
+    ("SELECT get_json_object(s, '$.a') FROM t", "json_extract"),
+    ("SELECT explode(array(1, 2))", "Explode"),
+    ("SELECT my_udf(x) FROM t", "my_udf"),
+    ("SELECT x FROM db.t", "db.t"),
+    ("SELECT s LIKE 'a!%' ESCAPE '!' FROM t", "ESCAPE"),
+    ("SELECT CAST(x AS INTERVAL DAY) FROM t", "INTERVAL"),
+])
+def test_what_has_no_translation_is_refused_by_name(sql, construct):
+    with pytest.raises(Untranslatable) as refused:
+        translate.translate(translate.parse(sql), SCHEMA)
+    assert construct.lower() in refused.value.construct.lower()
+
+
+def test_reads_names_the_tables_and_not_the_ctes():
+    tree = translate.parse("WITH a AS (SELECT * FROM t), b AS (SELECT * FROM a JOIN u ON a.n = u.n) "
+                           "SELECT * FROM b JOIN t AS again ON b.n = again.n")
+    assert translate.reads(tree) == ("t", "u")
+
+
+def test_sketch_aggregates_merge_as_lists_of_states(db):
+    import datasketches as ds
+
+    parts = []
+    for start in (0, 500, 900):
+        sketch = ds.hll_sketch(12, ds.tgt_hll_type.HLL_8)
+        for value in range(start, start + 600):
+            sketch.update(str(value))
+        parts.append(sketch.serialize_compact())
+    db.execute("CREATE TABLE states (k VARCHAR, h BLOB)")
+    db.executemany("INSERT INTO states VALUES ('a', ?)", [[p] for p in parts])
+    translation = translate.translate(translate.parse(
+        "SELECT k, hll_sketch_estimate(hll_union_agg(h, true)) AS users FROM states GROUP BY k"),
+        {"states": {"k": "STRING", "h": "BINARY"}})
+    assert "PF_HLL_UNION" in translation.sql.upper()
+    ((key, users),) = db.execute(translation.sql).fetchall()
+    assert key == "a" and abs(users - 1500) <= 1500 * 0.05 and users == math.floor(users)
+
+
+def test_kll_quantiles_are_inclusive_as_sparks():
+    import datasketches as ds
+
+    sketch = ds.kll_doubles_sketch(200)
+    for value in (1.0, 2.0, 3.0, 4.0):
+        sketch.update(value)
+    blob = sketch.serialize()
+    assert sketches.kll_quantile(blob, 0.5) == 2.0  # inclusive; the library's default (exclusive) gives 3.0
+    assert sketches.kll_quantiles(blob, [0.25, 1.0]) == [1.0, 4.0]
+    assert sketches.kll_n(sketches.kll_merge([blob, None, blob])) == 8
+    assert sketches.hll_union([None]) is None
+    with pytest.raises(ValueError, match="KLL_SKETCH_INVALID_QUANTILE_RANGE"):
+        sketches.kll_quantile(blob, 1.5)
