@@ -277,14 +277,18 @@ def run(rows: int, requests: int, seconds: float, clients: int, ingest_rate: flo
         views = {name: project.spark.read.format("delta").load(project.snapshot.table(name).path).count()
                  for name in ("requests_by_hour", "users_by_day", "latency_by_endpoint")}
         results["view_rows"] = views
-        project.spark.stop()
         chosen = calls(rows)
-        compared = {}
-        for engine in ("spark", "auto"):
+        checked = chosen + [("traffic_raw", {"start": starts(rows)[0]})]
+        spark_side = Project(root, spark=project.spark, engine="spark")  # before any event lands: the same rows
+        expected = {(pipe, json.dumps(params, sort_keys=True)): spark_side.endpoint(pipe, **params).to_json()
+                    for pipe, params in checked}
+        project.spark.stop()
+        for engine in ("auto", "spark"):  # the read path first: its answers are compared before events land
             log(f"pipeframe serve --engine {engine}")
             server = Server(root, work / f"serve-{engine}.log", ["--engine", engine])
             try:
-                compared[engine] = answers_of(server.url, chosen + [("traffic_raw", {"start": starts(rows)[0]})])
+                if engine == "auto":
+                    results["rows_compared"] = same_answers(answers_of(server.url, checked), expected)
                 count = requests if engine == "auto" else max(len(chosen) * 3, requests // 20)
                 results[engine] = {"sequential": sequential(server.url, chosen, count),
                                    "view_over_raw": view_over_raw(server.url, starts(rows)[0],
@@ -292,7 +296,6 @@ def run(rows: int, requests: int, seconds: float, clients: int, ingest_rate: flo
                 results[engine]["concurrent"] = concurrent(server.url, chosen, clients, seconds, ingest_rate)
             finally:
                 server.stop()
-        results["rows_compared"] = same_answers(compared["auto"], compared["spark"])
         log("fresh processes: pipeframe endpoint and pipeframe status, read path vs Spark")
         results["cli"] = fresh_processes(root, starts(rows)[0], cli_repeats, max(1, cli_repeats // 3))
         results["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
