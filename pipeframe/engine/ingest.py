@@ -454,7 +454,8 @@ class Ingestor:
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
         version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
-                                     tables.checkpoint_later(self.spark, table.path or ""))
+                                     tables.checkpoint_later(self.spark, table.path or ""),
+                                     self.spark.conf.get("spark.sql.session.timeZone"))
         if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
             commit = self._save(table, self.spark.createDataFrame(good, schema=table.state.schema), "append", None, info)
             version = commit.version if commit else None

@@ -87,7 +87,12 @@ def test_statistics_skip_files_without_changing_answers(spark, table_path):
         assert spark.sql(count.format(ours)).first()[0] == spark.sql(count.format(theirs)).first()[0], condition
     stats = [json.loads(a["add"]["stats"]) for a in deltalog.commit_actions(ours, 2) if "add" in a]
     assert stats[0]["numRecords"] == 100 and stats[0]["minValues"]["id"] == 100 and stats[0]["maxValues"]["id"] == 199
-    assert "name" not in stats[0]["minValues"], "strings longer than Delta's 32-character prefix have no bounds"
+    names = [r[3] for r in rows(100, 100) if r[3] is not None]
+    assert max(len(n) for n in names) > 32
+    assert stats[0]["minValues"]["name"] == min(names)[:32]
+    assert stats[0]["maxValues"]["name"] == (max(names) if len(max(names)) <= 32 else max(names)[:32] + "\U0010FFFF"), \
+        "a string longer than Delta's 32-character prefix: the maximum's prefix and U+10FFFF"
+    assert stats[0]["minValues"]["price"] == min(r[5] for r in rows(100, 100) if r[5] is not None)
     assert "point" not in stats[0]["nullCount"], "a struct's null counts are nested in Delta's statistics: none"
     assert stats[0]["nullCount"]["n"] == sum(1 for r in rows(100, 100) if r[1] is None)
 
@@ -211,14 +216,14 @@ def test_metadata_change_won_is_checked_again(spark, table_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind, setup", [
-    ("partitioned", "PARTITIONED BY (day)"),
+    ("partitioned by a float", "PARTITIONED BY (amount)"),
+    ("partitioned by an expression it does not compute", "PARTITION EXPRESSION"),
     ("column mapping", "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"),
     ("check constraint", "CONSTRAINT"),
     ("generated column", "GENERATED"),
     ("not null", "NOT NULL"),
     ("row tracking", "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"),
     ("in-commit timestamps", "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')"),
-    ("liquid clustering", "CLUSTER BY (id)"),
     ("other columns", "OTHER"),
 ])
 def test_what_it_must_not_write_is_left_to_spark(spark, table_path, kind, setup):
@@ -228,8 +233,11 @@ def test_what_it_must_not_write_is_left_to_spark(spark, table_path, kind, setup)
         spark.sql(f"CREATE TABLE {path} ({schema if setup != 'OTHER' else SCHEMA + ', more INT'}) USING DELTA")
         if setup == "CONSTRAINT":
             spark.sql(f"ALTER TABLE {path} ADD CONSTRAINT positive CHECK (id >= 0)")
-    elif setup == "GENERATED":
+    elif setup == "GENERATED":  # a generated column that is not a partition column: Spark's writer checks it
         spark.sql(f"CREATE TABLE {path} ({SCHEMA}, d2 DATE GENERATED ALWAYS AS (to_date(ts))) USING DELTA")
+    elif setup == "PARTITION EXPRESSION":
+        spark.sql(f"CREATE TABLE {path} ({SCHEMA}, p STRING GENERATED ALWAYS AS (substring(name, 1, 1))) USING DELTA "
+                  "PARTITIONED BY (p)")
     else:
         spark.sql(f"CREATE TABLE {path} ({SCHEMA}) USING DELTA {setup}")
     before = deltalog.latest_version(table_path)
@@ -392,3 +400,107 @@ def test_a_dataframe_append_goes_through_the_driver_while_its_size_is_known_smal
                 project.query(f"SELECT * FROM by_user WHERE user_id LIKE '{case}-%'").collect()}
         assert view == {f"{case}-{u}": (sum(1 for i in range(40) if i % 4 == u and i % 9),
                                         float(sum(i for i in range(40) if i % 4 == u and i % 9))) for u in range(4)}
+
+
+# ------------------------------------------------------------------------------------ partitions and clustering
+PARTITIONED = "ts TIMESTAMP, host STRING, n INT, day DATE, ok BOOLEAN"
+# Every partition key expression `compiler.compile.spark_keys` writes for a ClickHouse one, and Spark's own.
+EXPRESSIONS = ["CAST(ts AS DATE)", "to_date(ts)", "(YEAR(ts) * 100 + MONTH(ts))",
+               "(YEAR(ts) * 10000 + MONTH(ts) * 100 + DAYOFMONTH(ts))", "DATE_TRUNC('DAY', ts)",
+               "DATE_TRUNC('HOUR', ts)", "CAST(DATE_TRUNC('MONTH', ts) AS DATE)", "CAST(DATE_TRUNC('WEEK', ts) AS DATE)",
+               "YEAR(ts)", "CAST(DATE_TRUNC('QUARTER', day) AS DATE)", "DATE_TRUNC('YEAR', ts)"]
+
+
+def partitioned_rows(first: int, count: int):
+    """Times at the edges that partition values are made of (before 1970, the last microsecond of a day, leap days,
+    week, month and year boundaries, years 1 and 9999), NULLs, empty and odd strings."""
+    import pyarrow as pa
+
+    edges = [datetime(1969, 12, 31, 23, 59, 59, 999_999), datetime(1970, 1, 1), datetime(2024, 2, 29, 12),
+             datetime(2024, 12, 30, 0, 0, 0, 1), datetime(2023, 1, 1, 23), datetime(2024, 3, 31, 23, 59, 59),
+             datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999_999), datetime(1900, 2, 28, 5)]
+    def at(i: int) -> datetime | None:
+        edge = edges[i % len(edges)]
+        later = edge if edge.year == 9999 else edge + timedelta(hours=i // len(edges) * 7)
+        return None if i % 11 == 5 else later.replace(tzinfo=UTC)
+
+    times = [at(i) for i in range(first, first + count)]
+    hosts = ["a", "", None, "x y/z%=", "b"]
+    return pa.table({"ts": pa.array(times, pa.timestamp("us", "UTC")),
+                     "host": pa.array([hosts[i % 5] for i in range(first, first + count)]),
+                     "n": pa.array([None if i % 7 == 0 else i % 3 - 1 for i in range(first, first + count)], pa.int32()),
+                     "day": pa.array([None if t is None else t.date() for t in times], pa.date32()),
+                     "ok": pa.array([None if i % 6 == 0 else i % 2 == 0 for i in range(first, first + count)])})
+
+
+def test_partitions_and_generated_partition_columns_land_as_sparks(spark, table_path):
+    """Appended by pyarrow to tables partitioned by a column of each type, or by generated columns of every partition
+    key expression (computed here): one file per partition with its partitionValues (no partition column in it), and
+    Spark reads back the rows it appends itself (so each partition value is serialized as it reads it), every
+    generated value equal to Spark's own evaluation of its expression (`<=>`), with the same answers where Spark
+    prunes partitions by the expressions."""
+    import pyarrow.parquet as pq
+
+    theirs = f"{table_path}_theirs"
+    spark.sql(f"CREATE TABLE {quote_path(theirs)} ({PARTITIONED}) USING DELTA")
+    batches = ((0, 45), (45, 60))
+    for first, count in batches:
+        spark.createDataFrame(partitioned_rows(first, count)).write.format("delta").mode("append").save(theirs)
+    data = ("ts", "host", "n", "day", "ok")
+    layouts = [([], "host, n, day, ok"), (EXPRESSIONS[:6], None), (EXPRESSIONS[6:], None)]
+    for index, (expressions, plain) in enumerate(layouts):
+        ours = f"{table_path}_{index}"
+        generated = [f"p{i}" for i in range(len(expressions))]
+        columns = PARTITIONED + "".join(
+            f", {name} {spark.createDataFrame([], PARTITIONED).selectExpr(f'{key} AS p').schema[0].dataType.simpleString()}"
+            f" GENERATED ALWAYS AS ({key})" for name, key in zip(generated, expressions, strict=True))
+        partitions = plain or ", ".join(generated)
+        spark.sql(f"CREATE TABLE {quote_path(ours)} ({columns}) USING DELTA PARTITIONED BY ({partitions})")
+        for first, count in batches:
+            assert deltaappend.append(ours, partitioned_rows(first, count)) is not None, partitions
+        # Spark's writer stores an empty string partition value as NULL (Delta has no other spelling for it).
+        reference = f"(SELECT ts, {'nullif(host, {})'.format(repr(''))  if plain else 'host'} AS host, n, day, ok " \
+                    f"FROM delta.`{theirs}`)"
+        # As Spark's text: exact, and a time in year 1 (before Python's local time) compares too.
+        texts = ", ".join(f"CAST({c} AS STRING)" for c in data)
+        read = [sorted(map(tuple, spark.sql(f"SELECT {texts} FROM {source}").collect()), key=repr)
+                for source in (f"delta.`{ours}`", reference)]
+        assert read[0] == read[1], partitions
+        adds = [a["add"] for v in (1, 2) for a in deltalog.commit_actions(ours, v) if "add" in a]
+        assert len(adds) > 10 and all(list(a["partitionValues"]) == partitions.split(", ") for a in adds)
+        assert pq.read_schema(os.path.join(ours, adds[0]["path"])).names == \
+            [c for c in data if c not in partitions.split(", ")], "partition columns are not in the files"
+        for name, key in zip(generated, expressions, strict=True):
+            assert spark.sql(f"SELECT count(*) FROM delta.`{ours}` WHERE NOT ({name} <=> ({key}))").first()[0] == 0, key
+        for condition in ("ts >= TIMESTAMP'2024-01-01 00:00:00+00:00' AND ts < TIMESTAMP'2024-03-01 00:00:00+00:00'",
+                          "ts < TIMESTAMP'1970-01-01 00:00:00+00:00'", "day = DATE'2024-02-29'", "host = ''",
+                          "host IS NULL", "n = -1", "ok"):
+            count = "SELECT count(*) FROM {} WHERE " + condition
+            assert spark.sql(count.format(f"delta.`{ours}`")).first()[0] == \
+                spark.sql(count.format(reference)).first()[0], condition
+
+
+def test_a_clustered_table_takes_appends_and_optimize_clusters_them(spark, table_path):
+    """A table with liquid clustering (an ENGINE_SORTING_KEY) takes pyarrow appends with the clustering columns'
+    statistics the protocol requires, Spark reads them back, and OPTIMIZE clusters the files (its clusteringProvider on
+    the files it writes), rows unchanged; a NaN in a column Delta may cluster by leaves that batch to Spark."""
+    import pyarrow as pa
+
+    spark.sql(f"CREATE TABLE {quote_path(table_path)} ({SCHEMA}) USING DELTA CLUSTER BY (name, ts, price, amount)")
+    for first in (0, 100, 200):
+        assert direct(spark, table_path, first, 100) is not None
+    expected = sorted(frame(spark, 0, 300).collect(), key=lambda r: r["id"])
+    assert sorted_rows(spark, f"SELECT * FROM delta.`{table_path}`") == expected
+    for version in (1, 2, 3):
+        [add] = [a["add"] for a in deltalog.commit_actions(table_path, version) if "add" in a]
+        stats = json.loads(add["stats"])
+        assert {"name", "ts", "price", "amount"} <= set(stats["minValues"]) & set(stats["maxValues"])
+        assert "clusteringProvider" not in add, "an append leaves clustering to OPTIMIZE"
+    spark.sql(f"OPTIMIZE {quote_path(table_path)}")
+    clustered = [a["add"] for a in deltalog.commit_actions(table_path, 4) if "add" in a]
+    assert clustered and all(a.get("clusteringProvider") == "liquid" for a in clustered)
+    assert sorted_rows(spark, f"SELECT * FROM delta.`{table_path}`") == expected
+    nan = frame(spark, 300, 3).toArrow()
+    nan = nan.set_column(nan.column_names.index("amount"), "amount", pa.array([float("nan"), 1.0, None]))
+    assert deltaappend.append(table_path, nan) is None
+    assert deltalog.latest_version(table_path) == 4
