@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from pipeframe.config import IngestSettings
 from pipeframe.engine import tables
-from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines, fitting_rows
+from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines
+from pipeframe.engine.jsonlines import type_lines
 from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line
 
@@ -67,6 +68,8 @@ class IngestStats:
     """What `GET /v0/ingest` shows for one datasource."""
 
     commits: int = 0
+    arrow_parsed: int = 0  # commits whose lines were typed without Spark (`jsonlines`)
+    arrow_committed: int = 0  # commits written by pyarrow and a commit file (`deltaappend`), not Spark's writer
     requests: int = 0
     rows: int = 0
     quarantined: int = 0
@@ -86,6 +89,7 @@ class IngestStats:
 
     def to_json(self, now: float) -> dict:
         return {"commits": self.commits, "requests": self.requests, "rows": self.rows,
+                "arrow_parsed_commits": self.arrow_parsed, "arrow_committed_commits": self.arrow_committed,
                 "quarantined_rows": self.quarantined, "rows_per_second": round(self.rows_per_second(now), 1),
                 "rejected_requests": self.rejected, "failed_requests": self.failed,
                 "replayed_requests": self.replayed, "buffered_requests": self.buffered_requests,
@@ -246,14 +250,18 @@ class GroupCommitter:
             for index, request in enumerate(group):
                 lines += request.lines
                 parts += [index] * len(request.lines)
-            fitting = fitting_rows(lines, definition, self.spark.conf.get("spark.sql.session.timeZone")) \
+            typed = type_lines(lines, definition, self.spark.conf.get("spark.sql.session.timeZone")) \
                 if self.settings.direct_commit else None
-            batch = Batch(conform_lines(self.spark, lines, definition, parts) if fitting is None else None, "events",
-                          fitting)
+            if typed is None:  # Spark's conform reads the lines
+                batch = Batch(conform_lines(self.spark, lines, definition, parts), "events")
+            else:
+                kept = [part for line, part in zip(lines, parts, strict=True) if line.strip()]
+                batch = Batch(None, "events", typed.rows, parts=tuple(kept[i] for i in typed.kept),
+                              misfits=tuple((kept[i], raw, reason) for i, raw, reason in typed.misfits))
             sizes = [sum(1 for line in r.lines if line.strip()) for r in group]
-            version, landed = self.ingestor.commit(table, batch, len(group), [r.key for r in group],
-                                                   metadata={"op": "events", "requests": len(group)}, sizes=sizes,
-                                                   direct=self.settings.direct_commit)
+            version, landed = self.ingestor.commit(
+                table, batch, len(group), [r.key for r in group], sizes=sizes, direct=self.settings.direct_commit,
+                metadata={"op": "events", "requests": len(group), "parse": "spark" if typed is None else "arrow"})
         except Exception as exc:  # noqa: BLE001 — every request of the group fails with it; none landed
             queue.committed = time.monotonic()
             with queue.cond:
@@ -274,6 +282,8 @@ class GroupCommitter:
                     self._keys(queue, table)[request.key] = replace(result, replayed=True)
             accepted = sum(r.accepted for r in results)
             stats.commits += 1
+            stats.arrow_parsed += typed is not None
+            stats.arrow_committed += bool(landed) and landed[0].direct
             stats.requests += len(group)
             stats.rows += accepted
             stats.quarantined += sum(r.quarantined for r in results)

@@ -315,21 +315,22 @@ def test_a_group_commit_the_table_refuses_meanwhile_lands_through_sparks_writer(
 
 
 def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_config):
-    """Rows typed by pyarrow (`fitting_rows`) are committed without Spark: no job runs between the request and its
-    commit, and the rows read back as sent."""
-    from pipeframe.engine.ingest import Batch, Ingestor, fitting_rows
+    """Lines typed without Spark (`jsonlines.type_lines`) are committed without Spark: no job runs between the request
+    and its commit, and the rows read back as sent."""
+    from pipeframe.engine.ingest import Batch, Ingestor
+    from pipeframe.engine.jsonlines import type_lines
     from tests.spark.conftest import deployed
     from tests.spark.test_events import FILES
 
     project = deployed(spark, spark_config, "direct_typed", FILES)
     table, definition = project.landing_target("events")
     lines = [json.dumps({"ts": f"2024-05-01T10:00:0{i}Z", "user": f"t{i}", "amount": i}) for i in range(5)]
-    fitting = fitting_rows(lines, definition, "UTC")
-    assert fitting is not None
+    typed = type_lines(lines, definition, "UTC")
+    assert typed is not None and not typed.misfits
     tracker = spark.sparkContext.statusTracker()
     jobs = set(tracker.getJobIdsForGroup())
-    version, [landed] = Ingestor(spark, project.warehouse).commit(table, Batch(None, "events", fitting), 1, ["t"],
-                                                                   sizes=[5])
+    version, [landed] = Ingestor(spark, project.warehouse).commit(
+        table, Batch(None, "events", typed.rows, parts=(0,) * 5), 1, ["t"], sizes=[5])
     assert set(tracker.getJobIdsForGroup()) == jobs
     assert (landed.accepted, landed.quarantined) == (5, 0)
     [info] = [a["commitInfo"] for a in deltalog.commit_actions(table.path, version) if "commitInfo" in a]

@@ -1,0 +1,611 @@
+"""NDJSON lines typed in Python and pyarrow as Spark's conform (`ingest._conform_json`) types them: every row that
+fits, as Arrow columns of the table's types, and every line that does not, with the reason Spark gives it.
+
+A group commit typed here needs no Spark job at all. Lines are parsed by orjson (the standard library's `json` for
+the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
+`$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
+`get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
+Whatever is not certain to be what Spark makes of a line answers None for the whole batch, which then takes Spark's
+way: a key given twice, single quotes or text after the object (Spark's JSON reader is lenient there), a number
+sent for a string, a date or time in other than the ISO forms, a Float32 on a rounding tie, a path through an
+array (`[:].field`), a DEFAULT other than a constant or `now()`, nested values of another JSON type than their
+column's, a session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it, row for row."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import orjson
+
+from pipeframe.datafiles.types import ValueRules, value_rules
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeframe.datafiles.model import Column, Datasource
+
+UTC_ZONES = ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
+MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines
+SHOWN = 80  # characters of a value a reason shows, as Spark's `substr(..., 1, 80)`
+_JAVA_SPACE = "".join(chr(c) for c in range(33))  # what Java's String.trim() removes (Spark's casts trim so)
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+_DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")
+_FLOAT_TEXT = _DECIMAL_TEXT
+_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "infinity": math.inf, "+infinity": math.inf,
+                   "-inf": -math.inf, "-infinity": -math.inf}
+_TRUE, _FALSE = ("t", "true", "y", "yes", "1"), ("f", "false", "n", "no", "0")
+_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})([T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,6})?"
+                   r"(Z|[+-][0-9]{2}:[0-9]{2})?)?")
+_NOW = re.compile(r"(?i)(now|current_timestamp)\(\s*\)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Unsure(Exception):
+    """A line (or a value) whose fate in Spark's conform is not certain here: the batch takes Spark's way."""
+
+
+class _NeedsText(Unsure):
+    """A decimal whose value depends on the number's text as written (near a rounding boundary)."""
+
+
+_SPARK_READS_TEXT = re.compile(r"[eE]|[0-9.]{16}|(?i:inf|nan)")  # ingest._needs_text of a decimal column
+
+
+class _Number(str):
+    """A JSON number as written (the standard library's parser with `parse_float`/`parse_int`)."""
+
+
+@dataclass(frozen=True)
+class Typed:
+    """Non-blank lines typed: the rows that fit (the datasource's columns, in line order), which line each came
+    from, and each misfit line's index, raw text (as Spark keeps it: without a byte order mark) and reason."""
+
+    rows: pa.Table
+    kept: list[int]
+    misfits: list[tuple[int, str, str]]
+
+
+# ------------------------------------------------------------------------------------------------ paths
+@dataclass(frozen=True)
+class _Path:
+    steps: tuple[str | int, ...]  # object keys and array indexes, from the line's root
+    whole_array: bool  # `[:]`/`[*]` at the end: the array itself, read as the column's ARRAY type
+
+
+@lru_cache(maxsize=4096)
+def _path(text: str | None, name: str) -> _Path | None:
+    """A `json:` path in Spark's `get_json_object` grammar (`.key`, `['key']`, `[n]`), or None for one this module
+    does not follow (a wildcard before the end)."""
+    text = text or f"$.{name}"
+    whole = text.endswith(("[:]", "[*]"))
+    if whole:
+        text = text[:-3]
+    if not text.startswith("$"):
+        return None
+    steps: list[str | int] = []
+    rest = text[1:]
+    pattern = re.compile(r"\.([^.\[]+)|\['([^'?]+)'\]|\[([0-9]+)\]")
+    while rest:
+        match = pattern.match(rest)
+        if match is None or match.group(1) == "*":
+            return None
+        key, quoted, index = match.groups()
+        steps.append(int(index) if index is not None else (key if key is not None else quoted))
+        rest = rest[match.end():]
+    return _Path(tuple(steps), whole)
+
+
+def _follow(value: object, path: _Path) -> object:
+    """The value at `path`: None when missing or null (`get_json_object` matches no key whose value is null), but a
+    null array element it does match, as the text "null"."""
+    for number, step in enumerate(path.steps):
+        if isinstance(step, int):
+            if not isinstance(value, list) or step >= len(value):
+                return None
+        elif not isinstance(value, dict):
+            return None
+        value = value[step] if isinstance(step, int) else value.get(step)
+        if value is None:
+            return "null" if isinstance(step, int) and number == len(path.steps) - 1 else None
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ values
+def _text(value: object) -> str:
+    """A scalar as `get_json_object` returns it: a string as itself, a number as written, a boolean as Jackson."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    raise Unsure("the text of a number as it was sent")
+
+
+def _shown(value: object) -> str:
+    return _text(value)[:SHOWN]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float | _Number) and not isinstance(value, bool)
+
+
+def _integer(value: object, low: int, high: int) -> int | None:
+    """An integer column's value (None: Spark's try_cast fails), or Unsure."""
+    if isinstance(value, bool):
+        return None  # "true" is no integer
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):  # a JSON string, or a fraction as written (`_Number`)
+        text = value.strip(_JAVA_SPACE)
+        if _INT_TEXT.fullmatch(text):
+            number = int(text)
+        elif _DECIMAL_TEXT.fullmatch(text) or not any(c.isdigit() for c in value):
+            return None  # a fraction or an exponent (Spark's ANSI cast refuses them), or no number at all
+        else:
+            raise Unsure(f"integer text {value!r}")
+    else:
+        raise Unsure("a fraction for an integer")
+    return number if low <= number <= high else None
+
+
+def _floating(value: object, single: bool) -> float | None:
+    import numpy as np
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = float(value) if abs(value) < 2 ** 53 else None
+        if number is None:
+            raise Unsure("a large integer as a float")
+    elif isinstance(value, float):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip(_JAVA_SPACE)
+        if text.lower() in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[text.lower()]
+        if not _FLOAT_TEXT.fullmatch(text):
+            if any(c.isdigit() for c in value) or text[:1].lower() in "in+-":
+                raise Unsure(f"float text {value!r}")
+            return None
+        number = float(text)
+    else:
+        raise Unsure("a float of another JSON type")
+    if single:
+        narrow = float(np.float32(number))
+        if narrow != number and math.isfinite(narrow):
+            low, high = sorted((narrow, float(np.nextafter(np.float32(narrow),
+                                                           np.float32(math.copysign(math.inf, number - narrow))))))
+            if number == (low + high) / 2:
+                raise Unsure("a Float32 on a rounding tie")  # two roundings may differ from Java's one
+        number = narrow
+    if math.isinf(number) and not (isinstance(value, str) and value.strip(_JAVA_SPACE).lower() in _SPECIAL_FLOATS):
+        return None  # a number beyond the type's range: quarantined, not infinity
+    return number
+
+
+def _decimal(value: object, precision: int, scale: int) -> Decimal | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip(_JAVA_SPACE)
+        if not _DECIMAL_TEXT.fullmatch(text):
+            if any(c.isdigit() for c in value):
+                raise Unsure(f"decimal text {value!r}")
+            return None
+        exact = Decimal(text)
+    elif isinstance(value, int):
+        exact = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise Unsure("an infinite decimal")
+        exact = Decimal(repr(value))
+        # The number as sent and this shortest spelling of its double differ by less than half its ulp: they round
+        # alike unless a rounding boundary (or the precision's limit) lies that close.
+        slack = Decimal(abs(value)) * Decimal("2.3e-16")
+        step = Decimal(1).scaleb(-scale)
+        boundary = (exact / step).to_integral_value(ROUND_HALF_UP)
+        if abs(abs(exact / step - boundary) - Decimal("0.5")) * step <= slack or \
+                abs(abs(exact) - Decimal(10) ** (precision - scale)) <= slack:
+            raise _NeedsText("a decimal too close to a rounding boundary")
+    else:
+        raise Unsure("a decimal of another JSON type")
+    try:
+        rounded = exact.quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP)
+    except InvalidOperation:
+        return None
+    return rounded if len(rounded.as_tuple().digits) <= precision or rounded == 0 else None
+
+
+def _boolean(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return {0: False, 1: True}.get(value)
+    if isinstance(value, str):
+        text = value.strip(" \t\n\r").lower()
+        if not text.isascii() or any(ord(c) < 33 for c in text):
+            raise Unsure(f"boolean text {value!r}")
+        return True if text in _TRUE else False if text in _FALSE else None
+    raise Unsure("a fraction for a boolean")
+
+
+def _date(value: object) -> date | None:
+    if not isinstance(value, str):
+        if isinstance(value, bool):
+            return None
+        raise Unsure("a number for a date")
+    match = _DATE.fullmatch(value)
+    if match is None:
+        if any(c.isdigit() for c in value):
+            raise Unsure(f"date text {value!r}")
+        return None
+    if int(match.group(1)) < 1000:
+        raise Unsure("a year before 1000")  # Spark reads year 0 too; Python does not
+    try:
+        return date(*(int(g) for g in match.groups()))
+    except ValueError:
+        return None  # a 30th of February
+
+
+def _timestamp(value: object, utc: bool) -> datetime | None:
+    if not isinstance(value, str):
+        if isinstance(value, bool):
+            return None
+        raise Unsure("a number for a time")
+    match = _TIME.fullmatch(value)
+    if match is None:
+        if any(c.isdigit() for c in value):
+            raise Unsure(f"time text {value!r}")
+        return None
+    year, month, day, _, hour, minute, second, fraction, zone = match.groups()
+    if int(year) < 1000 or (zone is None and not utc):
+        raise Unsure("a year before 1000, or a time without a zone read in another session time zone")
+    try:
+        moment = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                          int((fraction or ".0")[1:].ljust(6, "0")), tzinfo=UTC)
+    except ValueError:
+        return None  # a month 13, an hour 24, a 30th of February
+    if zone not in (None, "Z"):
+        sign = 1 if zone[0] == "+" else -1
+        hours, minutes = int(zone[1:3]), int(zone[4:6])
+        if hours > 18 or minutes > 59:
+            raise Unsure(f"zone offset {zone}")
+        moment -= sign * timedelta(hours=hours, minutes=minutes)
+    return moment
+
+
+def _string(value: object) -> str:
+    if isinstance(value, str):  # a JSON string, or a number as written (`_Number`): Spark keeps its text
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    raise Unsure("a number or an object for a string")
+
+
+# ------------------------------------------------------------------------------------------------ columns
+@dataclass(frozen=True)
+class _Reader:
+    """How one column's value becomes its Arrow value: `read(value)` answers the value, or None (Spark's cast
+    fails: a misfit), or raises Unsure."""
+
+    column: Column
+    path: _Path
+    read: Callable[[object], object]
+    arrow: pa.DataType
+    rules: ValueRules
+    default: object  # the value a missing field takes (an explicit DEFAULT or the type's), or None
+
+
+def _scalar(spark_type: str, rules: ValueRules, utc: bool) -> tuple[Callable[[object], object], pa.DataType] | None:
+    import pyarrow as pa
+
+    type_ = spark_type.upper()
+    spark_ranges = {"TINYINT": (8, pa.int8()), "SMALLINT": (16, pa.int16()), "INT": (32, pa.int32()),
+                    "BIGINT": (64, pa.int64())}
+    if type_ in spark_ranges:
+        bits, kind = spark_ranges[type_]
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        if rules.bounds:
+            low, high = max(low, rules.bounds[0]), min(high, rules.bounds[1])
+        return (lambda v: _integer(v, low, high)), kind
+    decimal = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", type_)
+    if decimal:
+        precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        low, high = rules.bounds or (None, None)
+
+        def read(v: object) -> Decimal | None:
+            number = _decimal(v, precision, scale)
+            if number is not None and low is not None and not low <= number <= high:
+                return None
+            return number
+        return read, pa.decimal128(precision, scale)
+    simple = {"DOUBLE": (lambda v: _floating(v, False), pa.float64()),
+              "FLOAT": (lambda v: _floating(v, True), pa.float32()), "BOOLEAN": (_boolean, pa.bool_()),
+              "STRING": (_string, pa.string()), "DATE": (_date, pa.date32()),
+              "TIMESTAMP": (lambda v: _timestamp(v, utc), pa.timestamp("us", "UTC"))}
+    return simple.get(type_)
+
+
+def _element(spark_type: str, bounds: tuple[int, int] | None) -> tuple[Callable[[object], object], pa.DataType] | None:
+    """How `from_json` reads an array element or a map value of a scalar type, where that is certain: strings from
+    JSON strings, integers from JSON integers (within the type's and ClickHouse's range), floats from numbers,
+    booleans from booleans; anything else is Unsure."""
+    import pyarrow as pa
+
+    type_ = spark_type.upper()
+    ints = {"TINYINT": (8, pa.int8()), "SMALLINT": (16, pa.int16()), "INT": (32, pa.int32()), "BIGINT": (64, pa.int64())}
+
+    def strict(kinds: tuple[type, ...], convert: Callable[[object], object] = lambda v: v):
+        def read(v: object) -> object:
+            if v is None:
+                return None
+            if not isinstance(v, kinds) or isinstance(v, bool) != (bool in kinds) or isinstance(v, _Number):
+                raise Unsure("an element of another JSON type")
+            return convert(v)
+        return read
+
+    if type_ in ints:
+        bits, kind = ints[type_]
+        low, high = bounds or (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        low, high = max(low, -(2 ** (bits - 1))), min(high, 2 ** (bits - 1) - 1)
+
+        def in_range(v: object) -> object:
+            if not low <= v <= high:  # type: ignore[operator]
+                raise Unsure("an element out of range")  # the reason shows Jackson's text of the whole array
+            return v
+        return strict((int,), in_range), kind
+    if type_ == "DOUBLE":
+        return strict((int, float), float), pa.float64()
+    if type_ == "BOOLEAN":
+        return strict((bool,)), pa.bool_()
+    if type_ == "STRING":
+        return strict((str,)), pa.string()
+    return None
+
+
+def _complex(spark_type: str, rules: ValueRules) -> tuple[Callable[[object], object], pa.DataType] | None:
+    import pyarrow as pa
+
+    type_ = spark_type.upper()
+    array = re.fullmatch(r"ARRAY<(.+)>", type_)
+    if array:
+        found = _element(array.group(1), rules.element_bounds)
+        if found is None:
+            return None
+        item, kind = found
+
+        def read_array(v: object) -> list:
+            if not isinstance(v, list):
+                raise Unsure("an array column given another JSON type")
+            return [item(e) for e in v]
+        return read_array, pa.list_(kind)
+    mapped = re.fullmatch(r"MAP<STRING,(.+)>", type_)
+    if mapped:
+        found = _element(mapped.group(1), rules.element_bounds)
+        if found is None:
+            return None
+        item, kind = found
+
+        def read_map(v: object) -> list:
+            if not isinstance(v, dict):
+                raise Unsure("a map column given another JSON type")
+            return [(k, item(e)) for k, e in v.items()]
+        return read_map, pa.map_(pa.string(), kind)
+    return None
+
+
+def _default(column: Column, rules: ValueRules, read: Callable[[object], object], now: datetime) -> object:
+    """The value a missing field takes: the column's DEFAULT (a constant, or `now()`), else its type's (a
+    non-Nullable ClickHouse type), else None; Unsure for a DEFAULT whose value is not certain here."""
+    if column.default is None:
+        if not rules.takes_default:
+            return None
+        if column.type.upper() in ("DATE", "TIMESTAMP"):
+            return date(1970, 1, 1) if column.type.upper() == "DATE" else _EPOCH
+        return [] if isinstance(rules.missing_value, tuple) else read(rules.missing_value)
+    text = column.default.strip()
+    if _NOW.fullmatch(text) and column.type.upper() == "TIMESTAMP":
+        return now
+    try:
+        constant = json.loads(text)
+    except ValueError:
+        if len(text) >= 2 and text[0] == text[-1] == "'" and "\\" not in text and "'" not in text[1:-1]:
+            constant = text[1:-1]
+        else:
+            raise Unsure(f"DEFAULT {text}") from None
+    if not isinstance(constant, int | float | str) or isinstance(constant, bool):
+        raise Unsure(f"DEFAULT {text}")
+    if isinstance(constant, str) != (column.type.upper() == "STRING"):
+        raise Unsure(f"DEFAULT {text} of another type than the column's")  # Spark's CAST of it: not guessed
+    value = read(constant)
+    if value is None:
+        raise Unsure(f"DEFAULT {text} that does not fit the column")
+    return value
+
+
+def _readers(datasource: Datasource, utc: bool, now: datetime) -> list[_Reader]:
+    readers = []
+    for column in datasource.columns:
+        path = _path(column.json_path, column.name)
+        rules = value_rules(column.written_type)
+        found = _complex(column.type, rules) if column.type.upper().startswith(("ARRAY<", "MAP<")) else \
+            _scalar(column.type, rules, utc)
+        if path is None or found is None or (path.whole_array and not column.type.upper().startswith("ARRAY<")):
+            raise Unsure(f"column `{column.name}`: {column.written_type} from {column.json_path}")
+        read, arrow = found
+        readers.append(_Reader(column, path, read, arrow, rules, _default(column, rules, read, now)))
+    return readers
+
+
+# ------------------------------------------------------------------------------------------------ lines
+def _exact(line: str) -> object:
+    """A line parsed by the standard library with its numbers as written (`_Number`) and Jackson's leniencies
+    (control characters in strings, text after the first value); Unsure where Jackson would differ."""
+    decoder = json.JSONDecoder(strict=False, parse_float=_Number, parse_int=_Number,
+                               parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    text = line.lstrip(" \t\n\r")
+    try:
+        value, end = decoder.raw_decode(text)
+    except json.JSONDecodeError:
+        if "'" in line:
+            raise Unsure("single quotes (Spark's reader takes them)") from None
+        return _NOT_JSON
+    except (ValueError, RecursionError):
+        raise Unsure("a constant or a number Jackson reads otherwise") from None
+    if text[end:].strip(" \t\n\r"):
+        raise Unsure("text after the first JSON value")  # Spark reads the first value; pyarrow and orjson refuse
+    return _integers(value)
+
+
+def _integers(value: object) -> object:
+    """`_exact`'s value with its integers as Python ints (their text is theirs, but for `-0`) and its fractions kept
+    as written."""
+    if isinstance(value, dict):
+        return {k: _integers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integers(v) for v in value]
+    if isinstance(value, _Number) and not any(c in value for c in ".eE"):
+        if len(value) > 1000:
+            raise Unsure("a number longer than Jackson reads")
+        return int(value) if value != "-0" else value
+    return value
+
+
+_NOT_JSON = object()
+
+
+def _duplicated_keys(line: str, readers: list[_Reader]) -> bool:
+    """Whether a key the columns' paths go through may be given twice (Spark's reader takes the first non-null, the
+    parsers here the last): a quoted key seen twice in the line, or, where escapes could spell keys, any key given
+    twice in one object (the standard library's parser tells)."""
+    if "\\" in line:
+        try:
+            _PAIRS.raw_decode(line.lstrip(" \t\n\r"))
+        except _Duplicate:
+            return True
+        except (ValueError, RecursionError):
+            raise Unsure("a line the standard library reads otherwise") from None
+        return False
+    for reader in readers:
+        for step in reader.path.steps:
+            if isinstance(step, str) and ('"' in step or "\\" in step or line.count(f'"{step}"') > 1):
+                return True
+    return False
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _Duplicate
+    return found
+
+
+_PAIRS = json.JSONDecoder(strict=False, object_pairs_hook=_unique_pairs)
+
+
+def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Typed | None:
+    """Non-blank NDJSON `lines` typed as Spark's conform types them (see the module's docstring); None whenever
+    that is not certain for one of them."""
+    import pyarrow as pa
+
+    texts = [line for line in lines if line.strip()]
+    now = datetime.now(UTC)
+    try:
+        readers = _readers(datasource, time_zone in UTC_ZONES, now)
+        columns: list[list] = [[] for _ in readers]
+        kept, misfits = [], []
+        every_default = all(r.column.default is not None for r in readers)
+        for index, text in enumerate(texts):
+            raw = text.removeprefix("\ufeff")
+            values, reason = _line(raw, readers, every_default)
+            if reason is not None:
+                misfits.append((index, raw, reason))
+                continue
+            kept.append(index)
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        arrays = [pa.array(column, reader.arrow) for column, reader in zip(columns, readers, strict=True)]
+    except Unsure:
+        return None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
+        return None
+    return Typed(pa.table(arrays, names=[r.column.name for r in readers]), kept, misfits)
+
+
+def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, str | None]:
+    """One line's values, or the reason it does not fit (Spark's words, in its order)."""
+    if raw.count("{") + raw.count("[") > MAX_NESTING:
+        raise Unsure("nested deeper than Jackson reads")
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Unsure("a lone surrogate: Spark's line is not UTF-8") from None
+        parsed = _exact(raw)
+        if parsed is _NOT_JSON:
+            return [], "line is not valid JSON"
+    if not isinstance(parsed, dict):
+        if isinstance(parsed, str | int | float | list | bool) or parsed is None:
+            try:
+                orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise Unsure("a line that is not one JSON value") from None
+            return [], "line is JSON but not an object"
+        raise Unsure("an unexpected JSON value")
+    if _duplicated_keys(raw, readers):
+        raise Unsure("a key that may be given twice")
+    found = [_follow(parsed, r.path) for r in readers]
+    exact = None
+    for i, (value, reader) in enumerate(zip(found, readers, strict=True)):
+        # A fraction read by an integer or string column, a number by a string column: Spark reads its text.
+        if isinstance(value, float) and reader.column.type.upper() not in ("DOUBLE", "FLOAT") and \
+                not reader.column.type.upper().startswith("DECIMAL") or \
+                _is_number(value) and reader.column.type.upper() == "STRING":
+            exact = exact if exact is not None else _exact(raw)
+            found[i] = _follow(exact, reader.path)
+    if not every_default and all(v is None for v in found):
+        return [], "object has none of the datasource's columns"
+    values, reasons = [], []
+    for value, reader in zip(found, readers, strict=True):
+        if value is None:
+            values.append(reader.default)
+            continue
+        if isinstance(value, dict | list) and not reader.column.type.upper().startswith(("ARRAY<", "MAP<")):
+            raise Unsure("an object or array for a scalar column")  # shown as Jackson writes it
+        try:
+            converted = reader.read(value)
+        except _NeedsText:
+            # Spark reads the number's text where it is long or has an exponent, else Java's text of its double.
+            exact = exact if exact is not None else _exact(raw)
+            text = _follow(exact, reader.path)
+            if not (isinstance(text, _Number) and _SPARK_READS_TEXT.search(text)):
+                raise
+            value, converted = text, reader.read(text)
+        if converted is None:
+            if isinstance(value, dict | list):
+                raise Unsure("a complex value that does not fit")  # shown as Jackson writes it
+            if isinstance(value, float):  # a float column's misfit: Spark shows the text of one with an exponent
+                exact = exact if exact is not None else _exact(raw)
+                value = _follow(exact, reader.path)
+                if not (isinstance(value, _Number) and _SPARK_READS_TEXT.search(value)):
+                    raise Unsure("a float misfit shown as Java writes its double")
+            reasons.append(f"column `{reader.column.name}`: cannot read \"{_shown(value)}\" as "
+                           f"{reader.column.written_type.replace(chr(39), '')}")
+        values.append(converted)
+    return values, ("; ".join(reasons) if reasons else None)
