@@ -374,34 +374,21 @@ def _element(spark_type: str, bounds: tuple[int, int] | None) -> tuple[Callable[
 
 
 def _complex(spark_type: str, rules: ValueRules) -> tuple[Callable[[object], object], pa.DataType] | None:
+    """How `from_json` reads an ARRAY<T> (from a JSON array) or a MAP<STRING,T> (from an object), where certain."""
     import pyarrow as pa
 
-    type_ = spark_type.upper()
-    array = re.fullmatch(r"ARRAY<(.+)>", type_)
-    if array:
-        found = _element(array.group(1), rules.element_bounds)
-        if found is None:
-            return None
-        item, kind = found
+    shape = re.fullmatch(r"(ARRAY<|MAP<STRING,)(.+)>", spark_type.upper())
+    found = _element(shape.group(2), rules.element_bounds) if shape else None
+    if found is None:
+        return None
+    item, kind = found
+    is_array = shape.group(1) == "ARRAY<"
 
-        def read_array(v: object) -> list:
-            if not isinstance(v, list):
-                raise Unsure("an array column given another JSON type")
-            return [item(e) for e in v]
-        return read_array, pa.list_(kind)
-    mapped = re.fullmatch(r"MAP<STRING,(.+)>", type_)
-    if mapped:
-        found = _element(mapped.group(1), rules.element_bounds)
-        if found is None:
-            return None
-        item, kind = found
-
-        def read_map(v: object) -> list:
-            if not isinstance(v, dict):
-                raise Unsure("a map column given another JSON type")
-            return [(k, item(e)) for k, e in v.items()]
-        return read_map, pa.map_(pa.string(), kind)
-    return None
+    def read(v: object) -> list:
+        if not isinstance(v, list if is_array else dict):
+            raise Unsure("an array or a map given another JSON type")
+        return [item(e) for e in v] if is_array else [(k, item(e)) for k, e in v.items()]
+    return read, pa.list_(kind) if is_array else pa.map_(pa.string(), kind)
 
 
 def _default(column: Column, rules: ValueRules, read: Callable[[object], object], now: datetime) -> object:
