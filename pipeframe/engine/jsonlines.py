@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -47,6 +48,7 @@ _TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})([T ]([0-9]{2}):([0-9]{2}):
                    r"(Z|[+-][0-9]{2}:[0-9]{2})?)?")
 _NOW = re.compile(r"(?i)(now|current_timestamp)\(\s*\)")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_F32 = struct.Struct("f")  # packing a double as a float32 rounds it (to nearest, ties to even)
 
 
 class Unsure(Exception):
@@ -135,10 +137,6 @@ def _shown(value: object) -> str:
     return _text(value)[:SHOWN]
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float | _Number) and not isinstance(value, bool)
-
-
 def _integer(value: object, low: int, high: int) -> int | None:
     """An integer column's value (None: Spark's try_cast fails), or Unsure."""
     if isinstance(value, bool):
@@ -159,8 +157,6 @@ def _integer(value: object, low: int, high: int) -> int | None:
 
 
 def _floating(value: object, single: bool) -> float | None:
-    import numpy as np
-
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -180,13 +176,18 @@ def _floating(value: object, single: bool) -> float | None:
         number = float(text)
     else:
         raise Unsure("a float of another JSON type")
-    if single:
-        narrow = float(np.float32(number))
+    if single and number != 0 and math.isfinite(number):
+        if abs(number) < 1.2e-38:
+            raise Unsure("a Float32 below the normal range")
+        try:
+            narrow = _F32.unpack(_F32.pack(number))[0]
+        except OverflowError:
+            narrow = math.copysign(math.inf, number)
         if narrow != number and math.isfinite(narrow):
-            low, high = sorted((narrow, float(np.nextafter(np.float32(narrow),
-                                                           np.float32(math.copysign(math.inf, number - narrow))))))
-            if number == (low + high) / 2:
-                raise Unsure("a Float32 on a rounding tie")  # two roundings may differ from Java's one
+            # A float32 tie is a double of exactly 25 significant bits: rounding it twice may differ from Java's once.
+            scaled = math.frexp(number)[0] * 33554432.0
+            if scaled.is_integer() and int(scaled) & 1:
+                raise Unsure("a Float32 on a rounding tie")
         number = narrow
     if math.isinf(number) and not (isinstance(value, str) and value.strip(_JAVA_SPACE).lower() in _SPECIAL_FLOATS):
         return None  # a number beyond the type's range: quarantined, not infinity
@@ -208,7 +209,12 @@ def _decimal(value: object, precision: int, scale: int) -> Decimal | None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise Unsure("an infinite decimal")
-        exact = Decimal(repr(value))
+        text = repr(value)
+        whole, _, fraction = text.partition(".")
+        if "e" not in text and len(fraction) <= scale and abs(value) < 10.0 ** (14 - scale):
+            # On the grid already and far from a rounding boundary: the number as sent rounds to exactly this.
+            return Decimal(text) if len(whole.lstrip("-")) <= precision - scale else None
+        exact = Decimal(text)
         # The number as sent and this shortest spelling of its double differ by less than half its ulp: they round
         # alike unless a rounding boundary (or the precision's limit) lies that close.
         slack = Decimal(abs(value)) * Decimal("2.3e-16")
@@ -304,6 +310,23 @@ class _Reader:
     arrow: pa.DataType
     rules: ValueRules
     default: object  # the value a missing field takes (an explicit DEFAULT or the type's), or None
+    get: Callable[[dict], object]  # the value at `path` in a parsed line (`_follow`)
+    text_of: tuple[type, ...]  # the JSON values whose text as written Spark reads for this column (`_needs_text`)
+    complex: bool  # ARRAY or MAP
+    shown_type: str  # the type as a reason names it
+
+
+def _getter(path: _Path) -> Callable[[dict], object]:
+    """`_follow` of a path of keys, without its loop (the common case: one or two keys)."""
+    steps = path.steps
+    if len(steps) == 1 and isinstance(steps[0], str):
+        return lambda v, key=steps[0]: v.get(key)
+    if len(steps) == 2 and all(isinstance(step, str) for step in steps):
+        def get(v: dict, outer: str = steps[0], inner: str = steps[1]) -> object:
+            found = v.get(outer)
+            return found.get(inner) if type(found) is dict else None
+        return get
+    return lambda v: _follow(v, path)
 
 
 def _scalar(spark_type: str, rules: ValueRules, utc: bool) -> tuple[Callable[[object], object], pa.DataType] | None:
@@ -430,7 +453,11 @@ def _readers(datasource: Datasource, utc: bool, now: datetime) -> list[_Reader]:
         if path is None or found is None or (path.whole_array and not column.type.upper().startswith("ARRAY<")):
             raise Unsure(f"column `{column.name}`: {column.written_type} from {column.json_path}")
         read, arrow = found
-        readers.append(_Reader(column, path, read, arrow, rules, _default(column, rules, read, now)))
+        type_ = column.type.upper()
+        text_of = (int, float) if type_ == "STRING" else () if type_ in ("DOUBLE", "FLOAT") or \
+            type_.startswith("DECIMAL") else (float,)
+        readers.append(_Reader(column, path, read, arrow, rules, _default(column, rules, read, now), _getter(path),
+                               text_of, type_.startswith(("ARRAY<", "MAP<")), column.written_type.replace("'", "")))
     return readers
 
 
@@ -471,23 +498,28 @@ def _integers(value: object) -> object:
 _NOT_JSON = object()
 
 
-def _duplicated_keys(line: str, readers: list[_Reader]) -> bool:
-    """Whether a key the columns' paths go through may be given twice (Spark's reader takes the first non-null, the
-    parsers here the last): a quoted key seen twice in the line, or, where escapes could spell keys, any key given
-    twice in one object (the standard library's parser tells)."""
-    if "\\" in line:
-        try:
-            _PAIRS.raw_decode(line.lstrip(" \t\n\r"))
-        except _Duplicate:
-            return True
-        except (ValueError, RecursionError):
-            raise Unsure("a line the standard library reads otherwise") from None
+def _duplicated_keys(line: str, parsed: dict) -> bool:
+    """Whether an object of the line gives a key twice (Spark's reader takes the first non-null, the parsers here
+    the last): the parsed objects hold every key token of the line (`":`) unless one was given twice, else (a
+    spacing such as `"a" : 1`, or `":` inside a string) the standard library's parser tells."""
+    if line.count('":') == _key_count(parsed):
         return False
-    for reader in readers:
-        for step in reader.path.steps:
-            if isinstance(step, str) and ('"' in step or "\\" in step or line.count(f'"{step}"') > 1):
-                return True
+    try:
+        _PAIRS.raw_decode(line.lstrip(" \t\n\r"))
+    except _Duplicate:
+        return True
+    except (ValueError, RecursionError):
+        raise Unsure("a line the standard library reads otherwise") from None
     return False
+
+
+def _key_count(value: object) -> int:
+    """How many keys the objects of a parsed value hold, nested ones included."""
+    if type(value) is dict:
+        return len(value) + sum(_key_count(v) for v in value.values() if type(v) in (dict, list))
+    if type(value) is list:
+        return sum(_key_count(v) for v in value if type(v) in (dict, list))
+    return 0
 
 
 class _Duplicate(ValueError):
@@ -513,6 +545,9 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     now = datetime.now(UTC)
     try:
         readers = _readers(datasource, time_zone in UTC_ZONES, now)
+        fast = _fast(texts, readers) if time_zone in UTC_ZONES else None  # plain times are read in UTC
+        if fast is not None:
+            return Typed(pa.table(fast, names=[r.column.name for r in readers]), list(range(len(texts))), [])
         columns: list[list] = [[] for _ in readers]
         kept, misfits = [], []
         every_default = all(r.column.default is not None for r in readers)
@@ -533,6 +568,106 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     return Typed(pa.table(arrays, names=[r.column.name for r in readers]), kept, misfits)
 
 
+# ------------------------------------------------------------------------------------------------ the fast way
+_PLAIN_TIME = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z?)?$"
+_PLAIN_DATE = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}$"
+
+
+def _fast(texts: list[str], readers: list[_Reader]) -> list[pa.Array] | None:
+    """The batch typed column by column, when every line is a plain object (no byte order mark, no key given
+    twice) and every value is of its column's plain kind and fits (in range, a time in the plain ISO form...): then
+    nothing is a misfit and each column is checked and converted by pyarrow at once. None otherwise: `_line` reads
+    each line (misfits, reasons, the rare cases)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if any(len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING for text in texts):
+        return None
+    try:
+        parsed = [orjson.loads(text) for text in texts]
+    except orjson.JSONDecodeError:
+        return None
+    keys = pc.count_substring(pa.array(texts, pa.string()), '":').to_pylist()
+    if any(type(p) is not dict or _key_count(p) != count for p, count in zip(parsed, keys, strict=True)) or \
+            any(text.startswith("\ufeff") for text in texts):
+        return None
+    arrays, missing = [], None
+    for reader in readers:
+        values = [reader.get(p) for p in parsed]
+        array = _fast_column(values, reader)
+        if array is None:
+            return None
+        none = pc.is_null(array)
+        missing = none if missing is None else pc.and_(missing, none)
+        if reader.default is not None and array.null_count:
+            array = pc.if_else(none, pa.scalar(reader.default, reader.arrow), array)
+        arrays.append(array)
+    if not all(r.column.default is not None for r in readers) and pc.any(missing).as_py():
+        return None  # a line with none of the columns: a misfit
+    return arrays
+
+
+def _fast_column(values: list, reader: _Reader) -> pa.Array | None:
+    """A column's values converted at once where each is of its plain JSON kind and fits; None otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kinds = {type(v) for v in values} - {type(None)}
+    type_ = reader.column.type.upper()
+    try:
+        if type_ == "STRING" and kinds <= {str} or type_ == "BOOLEAN" and kinds <= {bool}:
+            return pa.array(values, reader.arrow)
+        if pa.types.is_integer(reader.arrow) and kinds <= {int}:
+            array = pa.array(values, pa.int64())
+            low, high = pc.min_max(array).as_py().values()
+            bounds = reader.rules.bounds or (-(2 ** 63), 2 ** 63 - 1)
+            info = {8: 127, 16: 32767, 32: 2 ** 31 - 1, 64: 2 ** 63 - 1}[reader.arrow.bit_width]
+            if low is not None and not (max(bounds[0], -info - 1) <= low and high <= min(bounds[1], info)):
+                return None
+            return array.cast(reader.arrow)
+        if type_ in ("DOUBLE", "FLOAT") and kinds <= {int, float}:
+            if int in kinds and any(type(v) is int and abs(v) >= 2 ** 53 for v in values):
+                return None
+            array = pa.array(values, pa.float64())
+            if type_ == "DOUBLE":
+                return array
+            return _fast_float32(array)
+        if type_ in ("TIMESTAMP", "DATE") and kinds <= {str}:
+            texts = pa.array(values, pa.string())
+            if not pc.all(pc.match_substring_regex(texts, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
+                          ).as_py() in (True, None):
+                return None
+            if type_ == "DATE":
+                return texts.cast(pa.date32())
+            return pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
+        if type_ in ("STRING", "BOOLEAN", "DOUBLE", "FLOAT", "TIMESTAMP", "DATE") or pa.types.is_integer(reader.arrow):
+            return None  # another JSON kind for a scalar: `_line` reads it
+        # Decimals, arrays and maps: each value read as `_line` reads it; a misfit (None) sends the batch there.
+        read = [None if v is None else reader.read(v) for v in values]
+        if sum(v is None for v in read) != sum(v is None for v in values):
+            return None
+        return pa.array(read, reader.arrow)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, Unsure):
+        return None
+
+
+def _fast_float32(array: pa.Array) -> pa.Array | None:
+    """Doubles as Float32 where one rounding is certainly Java's: no tie between two float32s, no overflow, nothing
+    below the normal range."""
+    import numpy as np
+    import pyarrow as pa
+
+    doubles = array.to_numpy(zero_copy_only=False)
+    known = doubles[~np.isnan(doubles)]
+    with np.errstate(over="ignore"):
+        narrow = known.astype(np.float32)
+    scaled = np.frexp(known)[0] * 33554432.0
+    ties = (narrow != known) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1)
+    if np.isinf(narrow).any() or ties.any() or ((known != 0) & (np.abs(known) < 1.2e-38)).any():
+        return None
+    return array.cast(pa.float32(), safe=False)
+
+
 def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, str | None]:
     """One line's values, or the reason it does not fit (Spark's words, in its order)."""
     if raw.count("{") + raw.count("[") > MAX_NESTING:
@@ -547,7 +682,7 @@ def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, 
         parsed = _exact(raw)
         if parsed is _NOT_JSON:
             return [], "line is not valid JSON"
-    if not isinstance(parsed, dict):
+    if type(parsed) is not dict:
         if isinstance(parsed, str | int | float | list | bool) or parsed is None:
             try:
                 orjson.loads(raw)
@@ -555,25 +690,23 @@ def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, 
                 raise Unsure("a line that is not one JSON value") from None
             return [], "line is JSON but not an object"
         raise Unsure("an unexpected JSON value")
-    if _duplicated_keys(raw, readers):
-        raise Unsure("a key that may be given twice")
-    found = [_follow(parsed, r.path) for r in readers]
+    if _duplicated_keys(raw, parsed):
+        raise Unsure("a key given twice")
+    found = [r.get(parsed) for r in readers]
     exact = None
     for i, (value, reader) in enumerate(zip(found, readers, strict=True)):
         # A fraction read by an integer or string column, a number by a string column: Spark reads its text.
-        if isinstance(value, float) and reader.column.type.upper() not in ("DOUBLE", "FLOAT") and \
-                not reader.column.type.upper().startswith("DECIMAL") or \
-                _is_number(value) and reader.column.type.upper() == "STRING":
+        if reader.text_of and type(value) in reader.text_of:
             exact = exact if exact is not None else _exact(raw)
             found[i] = _follow(exact, reader.path)
-    if not every_default and all(v is None for v in found):
+    if not every_default and found.count(None) == len(found):
         return [], "object has none of the datasource's columns"
     values, reasons = [], []
     for value, reader in zip(found, readers, strict=True):
         if value is None:
             values.append(reader.default)
             continue
-        if isinstance(value, dict | list) and not reader.column.type.upper().startswith(("ARRAY<", "MAP<")):
+        if not reader.complex and type(value) in (dict, list):
             raise Unsure("an object or array for a scalar column")  # shown as Jackson writes it
         try:
             converted = reader.read(value)
@@ -592,7 +725,6 @@ def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, 
                 value = _follow(exact, reader.path)
                 if not (isinstance(value, _Number) and _SPARK_READS_TEXT.search(value)):
                     raise Unsure("a float misfit shown as Java writes its double")
-            reasons.append(f"column `{reader.column.name}`: cannot read \"{_shown(value)}\" as "
-                           f"{reader.column.written_type.replace(chr(39), '')}")
+            reasons.append(f"column `{reader.column.name}`: cannot read \"{_shown(value)}\" as {reader.shown_type}")
         values.append(converted)
     return values, ("; ".join(reasons) if reasons else None)
