@@ -191,14 +191,13 @@ def compare(spark, data, clean: bool) -> None:
     COMPARED["misfits"] += len(misfits)
 
 
-def test_lines_typed_without_spark_land_as_sparks_conform(spark):
-    @settings(max_examples=50, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(data=st.data())
-    def check(data) -> None:
-        compare(spark, data, clean=False)
+def examples(count: int) -> settings:
+    return settings(max_examples=count, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-    check()
+
+def test_lines_typed_without_spark_land_as_sparks_conform(spark):
+    examples(50)(given(data=st.data())(lambda data: compare(spark, data, clean=False)))()
     # Most drawn batches are typed without Spark: if few were, the comparison proves little.
     assert COMPARED["typed without Spark"] >= COMPARED["schemas"] // 3, COMPARED
     assert COMPARED["misfits"] >= 10 and COMPARED["rows"] >= 50, COMPARED
@@ -210,13 +209,7 @@ def test_batches_that_all_fit_are_typed_column_by_column_as_spark(spark, monkeyp
     fast = jsonlines._fast
     monkeypatch.setattr(jsonlines, "_fast", lambda *args: taken.append(fast(*args)) or taken[-1])
 
-    @settings(max_examples=20, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(data=st.data())
-    def check(data) -> None:
-        compare(spark, data, clean=True)
-
-    check()
+    examples(20)(given(data=st.data())(lambda data: compare(spark, data, clean=True)))()
     assert sum(result is not None for result in taken) >= 10, "the column-at-a-time way was hardly taken"
 
 
