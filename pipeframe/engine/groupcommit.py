@@ -4,8 +4,9 @@ several threads) share one Delta commit, as a database shares one log flush betw
 Each datasource has a queue and one thread that commits it. A request waits in the queue until the group it joined
 is committed, and is acknowledged only then: never from memory alone. A request lands whole or not at all (its
 lines are never split between commits). The group is cut when it holds `flush_rows` lines or `flush_bytes` bytes,
-or its first request has waited `flush_ms`; while one commit is written the next group gathers, so the busier the
-datasource the larger its commits. Above `buffer_bytes` waiting, a request is refused (PF819, HTTP 429) instead of
+or its first request has waited `flush_ms`, or as many requests wait as the last commit answered (clients that
+wait for their answer before sending again are all back); while one commit is written the next group gathers, so
+the busier the datasource the larger its commits. Above `buffer_bytes` waiting, a request is refused (PF819, HTTP 429) instead of
 growing memory without bound.
 
 An idempotency key makes a retried request land once: the keys of a commit are kept in its userMetadata with what
@@ -109,6 +110,7 @@ class _Queue:
         self.stats = IngestStats()
         self.thread: threading.Thread | None = None
         self.committed = 0.0  # when the last commit ended (time.monotonic)
+        self.last_group = 0  # how many requests the last commit answered
 
 
 class GroupCommitter:
@@ -229,7 +231,10 @@ class GroupCommitter:
         while not self._stopped:
             rows = sum(len(r.lines) for r in queue.pending)
             left = deadline - time.monotonic()
-            if rows >= settings.flush_rows or queue.stats.buffered_bytes >= settings.flush_bytes or left <= 0:
+            # As many requests as the last commit answered are back: clients that each wait for their answer
+            # (a closed loop, one connection per request) have all sent their next one, and none is coming.
+            back = queue.last_group and len(queue.pending) >= queue.last_group
+            if rows >= settings.flush_rows or queue.stats.buffered_bytes >= settings.flush_bytes or left <= 0 or back:
                 break
             queue.cond.wait(left)
         group, rows, size = [], 0, 0
@@ -290,6 +295,7 @@ class GroupCommitter:
             stats.last_commit_version = version
             stats.last_commit_ms = (time.monotonic() - started) * 1000
             stats.recent.append((time.time(), accepted))
+        queue.last_group = len(group)
         mark = self.on_commit(queue.name, version) if version is not None else None
         for request, result in zip(group, results, strict=True):
             request.done.set_result(replace(result, mark=mark))
