@@ -538,21 +538,21 @@ _PAIRS = json.JSONDecoder(strict=False, object_pairs_hook=_unique_pairs)
 
 def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Typed | None:
     """Non-blank NDJSON `lines` typed as Spark's conform types them (see the module's docstring); None whenever
-    that is not certain for one of them."""
+    that is not certain for one of them. The lines whose values are all of their columns' plain kinds are typed
+    column by column (`_fast`); the others line by line (`_line`: misfits, reasons, the rare cases)."""
     import pyarrow as pa
 
     texts = [line for line in lines if line.strip()]
-    now = datetime.now(UTC)
+    names = [column.name for column in datasource.columns]
     try:
-        readers = _readers(datasource, time_zone in UTC_ZONES, now)
-        fast = _fast(texts, readers) if time_zone in UTC_ZONES else None  # plain times are read in UTC
-        if fast is not None:
-            return Typed(pa.table(fast, names=[r.column.name for r in readers]), list(range(len(texts))), [])
+        readers = _readers(datasource, time_zone in UTC_ZONES, datetime.now(UTC))
+        every_default = all(r.column.default is not None for r in readers)
+        # Plain times are read in UTC: in another session time zone every line is read by `_line`.
+        fast, slow = _fast(texts, readers, every_default) if time_zone in UTC_ZONES else (None, range(len(texts)))
         columns: list[list] = [[] for _ in readers]
         kept, misfits = [], []
-        every_default = all(r.column.default is not None for r in readers)
-        for index, text in enumerate(texts):
-            raw = text.removeprefix("\ufeff")
+        for index in slow:
+            raw = texts[index].removeprefix("\ufeff")
             values, reason = _line(raw, readers, every_default)
             if reason is not None:
                 misfits.append((index, raw, reason))
@@ -560,12 +560,18 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
             kept.append(index)
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
-        arrays = [pa.array(column, reader.arrow) for column, reader in zip(columns, readers, strict=True)]
+        rows = pa.table([pa.array(column, reader.arrow) for column, reader in zip(columns, readers, strict=True)],
+                        names=names)
     except Unsure:
         return None
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
         return None
-    return Typed(pa.table(arrays, names=[r.column.name for r in readers]), kept, misfits)
+    if fast is not None:
+        fast_rows, fast_kept = fast
+        order = sorted(range(len(fast_kept) + len(kept)), key=(fast_kept + kept).__getitem__)
+        rows = pa.concat_tables([fast_rows, rows]).take(pa.array(order, pa.int64())) if kept else fast_rows
+        kept = sorted(fast_kept + kept)
+    return Typed(rows, kept, misfits)
 
 
 # ------------------------------------------------------------------------------------------------ the fast way
@@ -573,99 +579,115 @@ _PLAIN_TIME = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(
 _PLAIN_DATE = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}$"
 
 
-def _fast(texts: list[str], readers: list[_Reader]) -> list[pa.Array] | None:
-    """The batch typed column by column, when every line is a plain object (no byte order mark, no key given
-    twice) and every value is of its column's plain kind and fits (in range, a time in the plain ISO form...): then
-    nothing is a misfit and each column is checked and converted by pyarrow at once. None otherwise: `_line` reads
-    each line (misfits, reasons, the rare cases)."""
+def _fast(texts: list[str], readers: list[_Reader],
+          every_default: bool) -> tuple[tuple[pa.Table, list[int]] | None, list[int]]:
+    """The lines typed column by column where each is a plain object (no byte order mark, no key given twice) whose
+    every value is of its column's plain kind and fits (in range, a time in the plain ISO form...): the rows of
+    those lines with their indexes, and the indexes of the others, left to `_line`. Each column is checked and
+    converted by pyarrow at once; a check that cannot tell which line failed leaves every line to `_line`."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if any(len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING for text in texts):
-        return None
-    try:
-        parsed = [orjson.loads(text) for text in texts]
-    except orjson.JSONDecodeError:
-        return None
+    slow: set[int] = set()
+    parsed: list[object] = []
+    for index, text in enumerate(texts):
+        try:
+            parsed.append(orjson.loads(text))
+        except orjson.JSONDecodeError:
+            parsed.append(None)
+            slow.add(index)
     keys = pc.count_substring(pa.array(texts, pa.string()), '":').to_pylist()
-    if any(type(p) is not dict or _key_count(p) != count for p, count in zip(parsed, keys, strict=True)) or \
-            any(text.startswith("\ufeff") for text in texts):
-        return None
-    arrays, missing = [], None
+    for index, (text, value, count) in enumerate(zip(texts, parsed, keys, strict=True)):
+        if type(value) is not dict or _key_count(value) != count or text.startswith("\ufeff") or \
+                len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING:
+            slow.add(index)
+            parsed[index] = {}
+    arrays = []
     for reader in readers:
         values = [reader.get(p) for p in parsed]
-        array = _fast_column(values, reader)
-        if array is None:
-            return None
+        found = _fast_column(values, reader)
+        if found is None:
+            return None, list(range(len(texts)))
+        array, bad = found
+        slow.update(bad)
+        arrays.append(array)
+    if len(slow) == len(texts):
+        return None, list(range(len(texts)))
+    keep = pa.array([index not in slow for index in range(len(texts))])
+    missing, columns = None, []
+    for reader, array in zip(readers, arrays, strict=True):
+        array = array.filter(keep) if slow else array
         none = pc.is_null(array)
         missing = none if missing is None else pc.and_(missing, none)
         if reader.default is not None and array.null_count:
             array = pc.if_else(none, pa.scalar(reader.default, reader.arrow), array)
-        arrays.append(array)
-    if not all(r.column.default is not None for r in readers) and pc.any(missing).as_py():
-        return None  # a line with none of the columns: a misfit
-    return arrays
+        columns.append(array)
+    if not every_default and pc.any(missing).as_py():
+        return None, list(range(len(texts)))  # a line with none of the columns: `_line` says so
+    fast = [index for index in range(len(texts)) if index not in slow]
+    return (pa.table(columns, names=[r.column.name for r in readers]), fast), sorted(slow)
 
 
-def _fast_column(values: list, reader: _Reader) -> pa.Array | None:
-    """A column's values converted at once where each is of its plain JSON kind and fits; None otherwise."""
+def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | None:
+    """A column's values converted at once: the array (its values of other kinds, or that do not fit, as NULL) and
+    the indexes of those lines; None when which lines failed cannot be told."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    kinds = {type(v) for v in values} - {type(None)}
     type_ = reader.column.type.upper()
+    integer = pa.types.is_integer(reader.arrow)
+    kinds = {"STRING": (str,), "BOOLEAN": (bool,), "DOUBLE": (int, float), "FLOAT": (int, float),
+             "TIMESTAMP": (str,), "DATE": (str,)}.get(type_, (int,) if integer else None)
     try:
-        if type_ == "STRING" and kinds <= {str} or type_ == "BOOLEAN" and kinds <= {bool}:
-            return pa.array(values, reader.arrow)
-        if pa.types.is_integer(reader.arrow) and kinds <= {int}:
-            array = pa.array(values, pa.int64())
-            low, high = pc.min_max(array).as_py().values()
-            bounds = reader.rules.bounds or (-(2 ** 63), 2 ** 63 - 1)
-            info = {8: 127, 16: 32767, 32: 2 ** 31 - 1, 64: 2 ** 63 - 1}[reader.arrow.bit_width]
-            if low is not None and not (max(bounds[0], -info - 1) <= low and high <= min(bounds[1], info)):
-                return None
-            return array.cast(reader.arrow)
-        if type_ in ("DOUBLE", "FLOAT") and kinds <= {int, float}:
-            if int in kinds and any(type(v) is int and abs(v) >= 2 ** 53 for v in values):
-                return None
-            array = pa.array(values, pa.float64())
+        if kinds is None:  # decimals, arrays and maps: each value read as `_line` reads it
+            read, bad = [], []
+            for index, value in enumerate(values):
+                try:
+                    converted = None if value is None else reader.read(value)
+                except Unsure:
+                    converted = None
+                if value is not None and converted is None:
+                    bad.append(index)
+                read.append(converted)
+            return pa.array(read, reader.arrow), bad
+        bad = [i for i, v in enumerate(values) if v is not None and type(v) not in kinds]
+        if type_ in ("DOUBLE", "FLOAT"):
+            bad += [i for i, v in enumerate(values) if type(v) is int and abs(v) >= 2 ** 53]
+        odd_lines = set(bad)
+        clean = [None if i in odd_lines else v for i, v in enumerate(values)] if bad else values
+        if type_ in ("STRING", "BOOLEAN"):
+            return pa.array(clean, reader.arrow), bad
+        if integer:
+            array = pa.array(clean, pa.int64())
+            info = 2 ** (reader.arrow.bit_width - 1)
+            low, high = reader.rules.bounds or (-info, info - 1)
+            low, high = max(low, -info), min(high, info - 1)
+            out = pc.or_(pc.less(array, low), pc.greater(array, high))
+            bad += np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False)).tolist()
+            return pc.if_else(out.fill_null(False), pa.scalar(None, pa.int64()), array).cast(reader.arrow), bad
+        if type_ in ("DOUBLE", "FLOAT"):
+            array = pa.array(clean, pa.float64())
             if type_ == "DOUBLE":
-                return array
-            return _fast_float32(array)
-        if type_ in ("TIMESTAMP", "DATE") and kinds <= {str}:
-            texts = pa.array(values, pa.string())
-            if not pc.all(pc.match_substring_regex(texts, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
-                          ).as_py() in (True, None):
-                return None
-            if type_ == "DATE":
-                return texts.cast(pa.date32())
-            return pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
-        if type_ in ("STRING", "BOOLEAN", "DOUBLE", "FLOAT", "TIMESTAMP", "DATE") or pa.types.is_integer(reader.arrow):
-            return None  # another JSON kind for a scalar: `_line` reads it
-        # Decimals, arrays and maps: each value read as `_line` reads it; a misfit (None) sends the batch there.
-        read = [None if v is None else reader.read(v) for v in values]
-        if sum(v is None for v in read) != sum(v is None for v in values):
-            return None
-        return pa.array(read, reader.arrow)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, Unsure):
-        return None
-
-
-def _fast_float32(array: pa.Array) -> pa.Array | None:
-    """Doubles as Float32 where one rounding is certainly Java's: no tie between two float32s, no overflow, nothing
-    below the normal range."""
-    import numpy as np
-    import pyarrow as pa
-
-    doubles = array.to_numpy(zero_copy_only=False)
-    known = doubles[~np.isnan(doubles)]
-    with np.errstate(over="ignore"):
-        narrow = known.astype(np.float32)
-    scaled = np.frexp(known)[0] * 33554432.0
-    ties = (narrow != known) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1)
-    if np.isinf(narrow).any() or ties.any() or ((known != 0) & (np.abs(known) < 1.2e-38)).any():
-        return None
-    return array.cast(pa.float32(), safe=False)
+                return array, bad
+            doubles = array.to_numpy(zero_copy_only=False)
+            with np.errstate(over="ignore", invalid="ignore"):
+                narrow = doubles.astype(np.float32)
+                scaled = np.frexp(doubles)[0] * 33554432.0
+                odd = (np.isinf(narrow) & np.isfinite(doubles)) | ((doubles != 0) & (np.abs(doubles) < 1.2e-38)) | \
+                    ((narrow != doubles) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1))
+            bad += np.flatnonzero(odd & ~np.isnan(doubles)).tolist()
+            return array.cast(pa.float32(), safe=False), bad
+        texts = pa.array(clean, pa.string())
+        plain = pc.match_substring_regex(texts, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
+        odd = pc.invert(plain.fill_null(True))
+        bad += np.flatnonzero(odd.to_numpy(zero_copy_only=False)).tolist()
+        texts = pc.if_else(odd, pa.scalar(None, pa.string()), texts)
+        if type_ == "DATE":
+            return texts.cast(pa.date32()), bad
+        return pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC")), bad
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return None  # e.g. a 30th of February in the plain form: which line, pyarrow does not say
 
 
 def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, str | None]:
