@@ -636,7 +636,7 @@ def plain_floor(spark, folder: Path, rows: int, seconds: float, landing: str = "
 
 
 def conform_cost(project, repeats: int = 3) -> dict:
-    """What a group commit's schema check costs: the lines parsed and typed by pyarrow alone (`fitting_rows`, the
+    """What a group commit's schema check costs: the lines typed without Spark (`jsonlines.type_lines`, the
     way of lines that all fit as sent), or in one Spark job against a plain JSON parse of the same lines:
     `conform_lines` (the datasource's schema check, quarantine reasons) and the misfit rows the commit collects
     (`Ingestor._misfits`), with the lines parsed by pyarrow (the path plain objects take) and read by Spark column
@@ -646,6 +646,7 @@ def conform_cost(project, repeats: int = 3) -> dict:
 
     from pipeframe.engine import ingest
     from pipeframe.engine.ingest import REASON, Ingestor, conform_lines
+    from pipeframe.engine.jsonlines import type_lines
 
     spark = project.spark
     _table, definition = project.landing_target("events")
@@ -664,7 +665,7 @@ def conform_cost(project, repeats: int = 3) -> dict:
         parts = [i * requests // rows for i in range(rows)]
         conformed, by_spark, parsed, typed = [], [], [], []
         for _ in range(repeats + 1):  # the first is a warm-up
-            typed.append(timed_s(ingest.fitting_rows, lines, definition, "UTC"))
+            typed.append(timed_s(type_lines, lines, definition, "UTC"))
             conformed.append(timed_s(conform_count, lines, parts, requests))
             ingest._parsed = lambda _lines, _definition: None
             try:
@@ -673,7 +674,7 @@ def conform_cost(project, repeats: int = 3) -> dict:
                 ingest._parsed = fast
             parsed.append(timed_s(json_count, lines))
         out[str(rows)] = {"typed_by_pyarrow_s": round(statistics.median(typed[1:]), 3),
-                          "typed": ingest.fitting_rows(lines, definition, "UTC") is not None,
+                          "typed": type_lines(lines, definition, "UTC") is not None,
                           "conform_count_s": round(statistics.median(conformed[1:]), 3),
                           "spark_read_count_s": round(statistics.median(by_spark[1:]), 3),
                           "from_json_count_s": round(statistics.median(parsed[1:]), 3), "requests": requests,
@@ -889,12 +890,13 @@ def limits(results: dict) -> list[str]:
     if conform:
         small_c, large_c = conform.get("10", {}), conform.get("40000", {})
         out.append(
-            "- **The schema check before the Delta write.** When every line of a group fits its columns as sent "
-            "(plain objects, values of the declared JSON types, integers in range, ISO dates and times"
-            + (": as these do" if large_c.get("typed") else "") + "), pyarrow parses and types the lines "
-            f"(`fitting_rows`) and no Spark job runs: {small_c.get('typed_by_pyarrow_s', '?')} s for 10 lines and "
-            f"{large_c.get('typed_by_pyarrow_s', '?')} s for 40,000. Any other group is conformed "
-            "(`conform_lines`: each column cast by Spark, quarantine reasons) in one Spark job that brings the "
+            "- **The schema check before the Delta write.** A group's lines are typed without Spark "
+            "(`jsonlines.type_lines`: orjson, then pyarrow column by column for the lines whose values are plain, "
+            "line by line for misfits and rare spellings" + (": as these are" if large_c.get("typed") else "") +
+            f") and no Spark job runs: {small_c.get('typed_by_pyarrow_s', '?')} s for 10 lines and "
+            f"{large_c.get('typed_by_pyarrow_s', '?')} s for 40,000. A group with a line whose fate in Spark is not "
+            "certain is conformed (`conform_lines`: each column cast by Spark, quarantine reasons) in one Spark job "
+            "that brings the "
             "rows to the driver as Arrow, where the misfits are split off (the figures below time the same job with "
             "a count instead: Spark's writer's way). Lines that are plain objects "
             "of the declared columns are parsed by pyarrow in one pass"

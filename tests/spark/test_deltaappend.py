@@ -505,3 +505,79 @@ def test_a_clustered_table_takes_appends_and_optimize_clusters_them(spark, table
     nan = nan.set_column(nan.column_names.index("amount"), "amount", pa.array([float("nan"), 1.0, None]))
     assert deltaappend.append(table_path, nan) is None
     assert deltalog.latest_version(table_path) == 4
+
+
+REAL_SHAPED = """\
+SCHEMA >
+    `ts` DateTime64(3, 'UTC') `json:$.ts`,
+    `host` LowCardinality(String) `json:$.host`,
+    `path` String `json:$.req.path`,
+    `status` UInt16 `json:$.status`,
+    `tags` Array(String) `json:$.tags[:]`,
+    `attrs` Map(String, String) `json:$.attrs`,
+    `user_id` Nullable(String) `json:$['user info'].id`,
+    `price` Decimal(10, 2) `json:$.price`,
+    `retries` UInt8 `json:$.retries` DEFAULT 1
+ENGINE_SORTING_KEY host, ts
+ENGINE_TTL ts + INTERVAL 3650 DAYS
+"""
+BY_HOST = """\
+NODE {name}
+SQL >
+    SELECT host, count(*) AS hits, sum(price) AS revenue, sum(retries) AS retries FROM {source} GROUP BY host
+TYPE materialized
+DATASOURCE {name}
+"""
+
+
+def test_datasources_as_real_projects_declare_them_take_pyarrow_commits(spark, spark_config):
+    """A clustered datasource (ENGINE_SORTING_KEY) and a partitioned and sorted one (ENGINE_PARTITION_KEY
+    toYYYYMM(ts): a generated partition column) with nested paths, an array, a map, Nullable, LowCardinality,
+    DateTime64, Decimal, UInt and DEFAULT columns: their group commits are typed and committed without Spark, the
+    misfit quarantined, Spark reads every row back, the views follow, and `optimize` clusters and compacts them with
+    the rows unchanged."""
+    from tests.spark.conftest import deployed
+
+    files = {"datasources/clustered.datasource": REAL_SHAPED,
+             "datasources/partitioned.datasource": REAL_SHAPED.replace("ENGINE_SORTING_KEY",
+                                                                       "ENGINE_PARTITION_KEY toYYYYMM(ts)\nENGINE_SORTING_KEY"),
+             "pipes/clustered_by_host.pipe": BY_HOST.format(name="clustered_by_host", source="clustered"),
+             "pipes/partitioned_by_host.pipe": BY_HOST.format(name="partitioned_by_host", source="partitioned")}
+    project = deployed(spark, spark_config, "real_shaped", files)
+    lines = [json.dumps({"ts": f"2024-0{1 + i % 3}-28 23:59:59.{i:03d}", "host": f"h{i % 2}",
+                         "req": {"path": f"/p/{i}"}, "status": 200 + i, "tags": ["a", str(i)],
+                         "attrs": {"k": f"v{i}"}, "user info": {"id": f"u{i}"} if i % 4 else {},
+                         "price": i + 0.25, **({"retries": 2} if i % 2 else {})}) for i in range(12)]
+    lines.append(json.dumps({"ts": "2024-01-01 00:00:00", "host": "h0", "status": -5}))
+    versions = {}
+    for name in ("clustered", "partitioned"):
+        result = project.append(name, lines)
+        versions[name] = result.version
+        assert (result.accepted, result.quarantined) == (12, 1), name
+        assert result.reasons == ('column `status`: cannot read "-5" as UInt16',)
+        path = project.snapshot.table(name).path
+        [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+        assert info["engineInfo"] == deltaappend.ENGINE, name
+        assert json.loads(info["userMetadata"])["pipeframe"]["parse"] == "arrow", name
+        expected = sorted((f"h{i % 2}", f"/p/{i}", 200 + i, f"u{i}" if i % 4 else None, Decimal(f"{i}.25"),
+                           2 if i % 2 else 1) for i in range(12))
+
+        def landed(table: str = path) -> list:
+            return sorted(tuple(r) for r in spark.read.format("delta").load(table).selectExpr(
+                "host", "path", "status", "user_id", "price", "retries").collect())
+
+        assert landed() == expected, name
+        view = {r["host"]: (r["hits"], r["revenue"], r["retries"])
+                for r in project.query(f"SELECT * FROM {name}_by_host").collect()}
+        assert view == {f"h{h}": (6, sum(Decimal(f"{i}.25") for i in range(h, 12, 2)), 6 * (2 if h else 1))
+                        for h in (0, 1)}, name
+        project.optimize(name)
+        assert landed() == expected, name
+    clustered = project.snapshot.table("clustered").path
+    commits = [deltalog.commit_actions(clustered, v) for v in range(deltalog.latest_version(clustered) + 1)]
+    [optimize] = [c for c in commits if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in c)]
+    optimized = [a["add"] for a in optimize if "add" in a]
+    assert optimized and all(a.get("clusteringProvider") == "liquid" for a in optimized)
+    partitioned = project.snapshot.table("partitioned").path
+    adds = [a["add"] for a in deltalog.commit_actions(partitioned, versions["partitioned"]) if "add" in a]
+    assert {a["partitionValues"]["__pf_partition"] for a in adds} == {"202401", "202402", "202403"}
