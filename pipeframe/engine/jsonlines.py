@@ -5,11 +5,13 @@ A group commit typed here needs no Spark job at all. Lines are parsed by orjson 
 the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
 `$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
 `get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
-Whatever is not certain to be what Spark makes of a line answers None for the whole batch, which then takes Spark's
-way: a key given twice, single quotes or text after the object (Spark's JSON reader is lenient there), a number
-sent for a string, a date or time in other than the ISO forms, a Float32 on a rounding tie, a path through an
-array (`[:].field`), a DEFAULT other than a constant or `now()`, nested values of another JSON type than their
-column's, a session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it, row for row."""
+The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
+(`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
+the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
+JSON reader is lenient there), a number sent for an array's string, a date or time in other than the ISO forms, a
+Float32 on a rounding tie, a path through an array (`[:].field`), a DEFAULT other than a constant or `now()`, an
+object sent for a scalar, a session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it, row for
+row."""
 
 from __future__ import annotations
 
@@ -290,6 +292,15 @@ def _timestamp(value: object, utc: bool) -> datetime | None:
     return moment
 
 
+def _wall_clock(value: object) -> datetime | None:
+    """A TIMESTAMP_NTZ's value: a time without a zone (one with a zone or an offset is not certain here)."""
+    if isinstance(value, str) and value.endswith("Z") or isinstance(value, str) and _TIME.fullmatch(value) and \
+            _TIME.fullmatch(value).group(9):
+        raise Unsure("a zone for a time without one")
+    moment = _timestamp(value, True)
+    return None if moment is None else moment.replace(tzinfo=None)
+
+
 def _string(value: object) -> str:
     if isinstance(value, str):  # a JSON string, or a number as written (`_Number`): Spark keeps its text
         return str(value)
@@ -355,7 +366,8 @@ def _scalar(spark_type: str, rules: ValueRules, utc: bool) -> tuple[Callable[[ob
     simple = {"DOUBLE": (lambda v: _floating(v, False), pa.float64()),
               "FLOAT": (lambda v: _floating(v, True), pa.float32()), "BOOLEAN": (_boolean, pa.bool_()),
               "STRING": (_string, pa.string()), "DATE": (_date, pa.date32()),
-              "TIMESTAMP": (lambda v: _timestamp(v, utc), pa.timestamp("us", "UTC"))}
+              "TIMESTAMP": (lambda v: _timestamp(v, utc), pa.timestamp("us", "UTC")),
+              "TIMESTAMP_NTZ": (_wall_clock, pa.timestamp("us"))}
     return simple.get(type_)
 
 
@@ -514,12 +526,19 @@ def _duplicated_keys(line: str, parsed: dict) -> bool:
 
 
 def _key_count(value: object) -> int:
-    """How many keys the objects of a parsed value hold, nested ones included."""
-    if type(value) is dict:
-        return len(value) + sum(_key_count(v) for v in value.values() if type(v) in (dict, list))
-    if type(value) is list:
-        return sum(_key_count(v) for v in value if type(v) in (dict, list))
-    return 0
+    """How many keys the objects of a parsed value hold, nested ones included (a loop, not recursion: it runs for
+    every line)."""
+    count, stack = 0, [value]
+    while stack:
+        current = stack.pop()
+        if type(current) is dict:
+            count += len(current)
+            current = current.values()
+        for item in current:
+            kind = type(item)
+            if kind is dict or kind is list:
+                stack.append(item)
+    return count
 
 
 class _Duplicate(ValueError):
@@ -640,6 +659,12 @@ def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | 
     kinds = {"STRING": (str,), "BOOLEAN": (bool,), "DOUBLE": (int, float), "FLOAT": (int, float),
              "TIMESTAMP": (str,), "DATE": (str,)}.get(type_, (int,) if integer else None)
     try:
+        if type_ in ("ARRAY<STRING>", "MAP<STRING,STRING>", "ARRAY<BOOLEAN>") and \
+                {type(v) for v in values} <= {type(None), list if type_.startswith("ARRAY") else dict}:
+            try:  # pyarrow takes strings (and booleans) only as themselves: another element kind raises
+                return pa.array(values, reader.arrow), []
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass  # each value read by itself below
         if kinds is None:  # decimals, arrays and maps: each value read as `_line` reads it
             read, bad = [], []
             for index, value in enumerate(values):

@@ -581,3 +581,26 @@ def test_datasources_as_real_projects_declare_them_take_pyarrow_commits(spark, s
     partitioned = project.snapshot.table("partitioned").path
     adds = [a["add"] for a in deltalog.commit_actions(partitioned, versions["partitioned"]) if "add" in a]
     assert {a["partitionValues"]["__pf_partition"] for a in adds} == {"202401", "202402", "202403"}
+
+
+def test_lines_typed_without_spark_to_a_table_spark_writes(spark, spark_config, monkeypatch):
+    """A group typed without Spark, to a table `deltaappend` does not write (column mapping, constraints, object
+    storage...): Spark's writer takes its rows, the misfit is quarantined with its reason, counts and keys kept."""
+    from tests.spark.conftest import deployed
+    from tests.spark.test_events import FILES
+
+    project = deployed(spark, spark_config, "typed_spark_writes", FILES)
+    monkeypatch.setattr(deltaappend, "writable", lambda _folder: False)
+    lines = [{"ts": "2024-05-01 10:00:00", "user": "sw", "amount": 3}] * 4 + [{"ts": "never", "user": "sw"}]
+    result = project.append("events", lines, idempotency_key="sw1")
+    assert (result.accepted, result.quarantined) == (4, 1)
+    assert result.reasons == ('column `ts`: cannot read "never" as TIMESTAMP',)
+    path = project.snapshot.table("events").path
+    [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+    assert info["engineInfo"] != deltaappend.ENGINE
+    meta = json.loads(info["userMetadata"])["pipeframe"]
+    assert (meta["parse"], meta["keys"]) == ("arrow", {"sw1": [4, 1]})
+    assert project.query("SELECT orders, revenue FROM by_user WHERE user_id = 'sw'").first().asDict() == \
+        {"orders": 4, "revenue": 12.0}
+    quarantine = spark.read.format("delta").load(project.warehouse.quarantine_path("events"))
+    assert [r["reason"] for r in quarantine.where("raw LIKE '%never%'").collect()] == [result.reasons[0]]

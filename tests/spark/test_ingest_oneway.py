@@ -55,6 +55,10 @@ SCALARS = {
     "Date": (st.sampled_from(["2024-05-16", "2024-02-29", "1970-01-01"]),
              st.sampled_from(["2023-02-29", "2024-5-6", "nope", "2024-05-16T10:00:00", "0000-01-01", 3])),
     "DateTime": (TIMES, ODD_TIMES), "DateTime64(3)": (TIMES, ODD_TIMES), "DateTime64(6, 'UTC')": (TIMES, ODD_TIMES),
+    # Spark spellings: NULL when missing, no ClickHouse range.
+    "BIGINT": integers("Int64"), "STRING": (TEXT, st.integers()),
+    "timestamp_ntz": (st.sampled_from(["2024-05-16 18:00:00", "2024-05-16T18:00:00.25"]),
+                      st.sampled_from(["2024-05-16T18:00:00Z", "2024-05-16 18:00:00+02:00", "soon"])),
 }
 COMPLEX = {
     "Array(String)": (st.lists(TEXT | st.none(), max_size=3), st.sampled_from([[1, "a"], "x"])),
