@@ -462,8 +462,10 @@ class Ingestor:
                          "ingested_at": pa.array([now] * len(raws), pa.timestamp("us", "UTC"))})
         folder = local_folder(path)
         if folder is not None:
-            with table_lock(path):
-                if deltaappend.append(folder, rows) is not None:
+            from pipeframe.engine import tables
+
+            with table_lock(path):  # on a checkpoint version too: Delta writes the checkpoint after it
+                if deltaappend.append(folder, rows, None, tables.checkpoint_later(self.spark, path)) is not None:
                     return
         self._quarantine(self.spark.createDataFrame(rows.rename_columns([RAW, REASON, "source", "ingested_at"])),
                          table, source)
