@@ -978,8 +978,8 @@ def real_section(results: dict) -> list[str]:
               "(`$.req.path`, `$['geo info'].country`), an array, a Map, Nullable and LowCardinality columns, "
               "`DateTime64(3, 'UTC')`, `Decimal(10, 2)`, `Float32`, UInt columns, a `DEFAULT`, a UUID; one line in "
               f"{MISFIT_EVERY} a misfit (a negative UInt16, a time that is none, a line that is not JSON); three "
-              "materialized views over it (bench/ingest_bench.py `WEBLOGS_VIEWS`). Served by the same server, after "
-              "the flat scenarios. `pyarrow parse` and `pyarrow commit`: the share of its group commits whose lines "
+              "materialized views over it (bench/ingest_bench.py `WEBLOGS_VIEWS`), served by `pipeframe serve` as "
+              "the flat one is. `pyarrow parse` and `pyarrow commit`: the share of its group commits whose lines "
               "were typed without Spark (engine/jsonlines.py) and whose rows were committed by pyarrow and a commit "
               "file (engine/deltaappend.py)."), "",
              ("| scenario | requests/s | rows/s | latency p50 / p95 / p99 | commit → visible p95 (slowest view) | "
