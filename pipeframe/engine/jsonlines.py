@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING
 import orjson
 
 from pipeframe.datafiles.types import ValueRules, value_rules
+from pipeframe.engine.generated import UTC_ZONES  # session time zones that read a time without a zone as UTC
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from pipeframe.datafiles.model import Column, Datasource
 
-UTC_ZONES = ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
 MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines
 SHOWN = 80  # characters of a value a reason shows, as Spark's `substr(..., 1, 80)`
 _JAVA_SPACE = "".join(chr(c) for c in range(33))  # what Java's String.trim() removes (Spark's casts trim so)
