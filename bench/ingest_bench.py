@@ -1,7 +1,13 @@
 """Real-time ingestion: `POST /v0/events` against a real `pipeframe serve`, next to a plain Delta append loop.
 
-Usage: python bench/ingest_bench.py [--seconds 20] [--clients 64] [--paced A=200,B=50] [--profile-rows 100000] [--json F]
-       [--write]
+Usage: python bench/ingest_bench.py [--seconds 20] [--clients 64] [--scenarios A,B,RA,RB,RC]
+       [--paced A=200,B=50,RA=200,RB=50] [--profile-rows 100000] [--json F] [--write]
+
+Just the real-shaped datasource (issue 33) and the flat one beside it, with their plain Delta append floors, no
+Spark-writer comparison and no append profile (about 10 minutes on 2 cores):
+    python bench/ingest_bench.py --seconds 20 --warmup 5 --no-compare-writer --profile-rows 0 --json /tmp/ingest.json
+(add --write to put the figures into docs/benchmarks.md; --scenarios RA,RB,RC --paced RA=200,RB=50 for the
+real-shaped one alone).
 
 The benchmark's project (bench/scenario.py: the `events` datasource and its three views) is deployed into a temp
 warehouse and served by `python -m pipeframe serve` in its own process (so the HTTP clients and the server do not
@@ -49,6 +55,55 @@ BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
 SCENARIOS = {"A": 10, "B": 1000}  # rows per request
 PACED = {"A": 200.0, "B": 50.0}  # requests/s sent open loop: issue 14's 200 requests/s and 50,000 rows/s
+# The real-shaped datasource (issue 33): its scenarios, rows per request, sent like A and B; RC by 8 clients that each
+# open a new connection per request and wait for its answer (curl, urllib, most trackers).
+REAL = {"RA": 10, "RB": 1000, "RC": 10}
+REAL_PACED = {"RA": 200.0, "RB": 50.0}
+FRESH, FRESH_CLIENTS = "RC", 8
+REAL_TARGETS = {
+    "requests_per_s": ("≥ 200 requests/s of 10-row batches (RA)", 200.0),
+    "rows_per_s": ("≥ 50,000 rows/s in 1,000-row batches (RB)", 50_000.0),
+    "latency_p95_s": ("p95 request latency ≤ 0.5 s at those rates", 0.5),
+    "visible_p95_s": ("p95 commit → visible in every view ≤ 3 s", 3.0),
+    "fresh_per_s": ("≥ 100 requests/s, 8 closed-loop clients, a new connection per request (RC)", 100.0),
+}
+WEBLOGS_DATASOURCE = """\
+DESCRIPTION >
+    Web tracker events as real Tinybird projects declare them
+SCHEMA >
+    `ts` DateTime64(3, 'UTC') `json:$.ts`,
+    `host` LowCardinality(String) `json:$.host`,
+    `path` String `json:$.req.path`,
+    `method` LowCardinality(String) `json:$.req.method`,
+    `status` UInt16 `json:$.status`,
+    `latency_ms` Float32 `json:$.latency_ms`,
+    `bytes` UInt32 `json:$.bytes`,
+    `tags` Array(String) `json:$.tags[:]`,
+    `attrs` Map(String, String) `json:$.attrs`,
+    `user_id` Nullable(String) `json:$.user.id`,
+    `country` LowCardinality(Nullable(String)) `json:$['geo info'].country`,
+    `price` Decimal(10, 2) `json:$.price`,
+    `retries` UInt8 `json:$.retries` DEFAULT 0,
+    `session_id` UUID `json:$.session`
+ENGINE "MergeTree"
+ENGINE_PARTITION_KEY toYYYYMM(ts)
+ENGINE_SORTING_KEY host, ts
+ENGINE_TTL ts + INTERVAL 3650 DAYS
+"""
+WEBLOGS_VIEWS = {
+    "weblogs_by_minute": "SELECT date_trunc('minute', ts) AS minute, host, status, count(*) AS requests, "
+                         "sum(bytes) AS bytes FROM weblogs GROUP BY 1, 2, 3",
+    "weblogs_by_path": "SELECT path, method, count(*) AS hits, avg(latency_ms) AS latency FROM weblogs GROUP BY 1, 2",
+    "weblogs_by_country": "SELECT country, approx_count_distinct(user_id) AS users, sum(price) AS revenue "
+                          "FROM weblogs GROUP BY 1",
+}
+# A plain Delta append of the same lines: Spark's from_json of them, flattened (the floor).
+WEBLOGS_JSON = ("ts TIMESTAMP, host STRING, req STRUCT<path: STRING, method: STRING>, status INT, latency_ms FLOAT, "
+                "bytes BIGINT, tags ARRAY<STRING>, attrs MAP<STRING,STRING>, user STRUCT<id: STRING>, "
+                "price DECIMAL(10,2), retries SMALLINT, session STRING")
+WEBLOGS_FLAT = ("r.ts, r.host, r.req.path AS path, r.req.method AS method, r.status, r.latency_ms, r.bytes, r.tags, "
+                "r.attrs, r.user.id AS user_id, r.price, r.retries, r.session AS session_id")
+MISFIT_EVERY = 500  # one line in this many does not fit (a negative UInt16, a time that is none, not JSON)
 SECTION = "## Real-time ingestion"
 BEFORE = "## Sections kept"  # where the section goes on a page that has none yet
 # Issue 14's targets: (key, text, comparison)
@@ -194,8 +249,40 @@ def ndjson_lines(first_id: int, count: int, seed: int = 14) -> list[str]:
     return lines
 
 
-def bodies(rows: int, count: int) -> list[bytes]:
-    return [("\n".join(ndjson_lines(i * rows, rows)) + "\n").encode() for i in range(count)]
+def weblog_lines(first_id: int, count: int, seed: int = 33) -> list[str]:
+    """Web tracker events of the real-shaped datasource: nested objects, a key with a space, an array, a map, a
+    missing optional field now and then, times with milliseconds, prices; one line in MISFIT_EVERY a misfit."""
+    rng = random.Random(seed * 1_000_003 + first_id)
+    lines = []
+    for row in range(first_id, first_id + count):
+        ts = START_EPOCH + row * SECONDS_PER_ROW + rng.random() * 60
+        event = {"ts": datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                 "host": f"site{rng.randrange(8)}.example.com",
+                 "req": {"path": f"/p/{rng.randrange(ENDPOINT_COUNT)}", "method": rng.choice(("GET", "GET", "POST"))},
+                 "status": rng.choice((200, 200, 200, 201, 304, 404, 500)), "latency_ms": round(rng.random() * 900, 2),
+                 "bytes": rng.randrange(100_000), "tags": rng.sample(("a", "b", "mobile", "beta", "ads"), 2),
+                 "attrs": {"ua": "Mozilla/5.0", "ref": f"r{rng.randrange(20)}"},
+                 "user": {"id": f"u{rng.randrange(100_000)}"} if rng.random() < 0.9 else {},
+                 "geo info": {"country": rng.choice(("ES", "FR", "DE", "US"))}, "price": round(rng.random() * 100, 2),
+                 "session": f"{rng.getrandbits(128):032x}"}
+        event["session"] = "-".join((event["session"][:8], event["session"][8:12], event["session"][12:16],
+                                     event["session"][16:20], event["session"][20:]))
+        if rng.random() < 0.5:
+            event["retries"] = rng.randrange(3)
+        if row % MISFIT_EVERY == MISFIT_EVERY - 1:
+            misfit = row // MISFIT_EVERY % 3
+            if misfit == 0:
+                event["status"] = -5
+            elif misfit == 1:
+                event["ts"] = "yesterday"
+        lines.append("{not json" if row % MISFIT_EVERY == MISFIT_EVERY - 1 and row // MISFIT_EVERY % 3 == 2
+                     else json.dumps(event, separators=(",", ":")))
+    return lines
+
+
+def bodies(rows: int, count: int, landing: str = "events") -> list[bytes]:
+    make = weblog_lines if landing == "weblogs" else ndjson_lines
+    return [("\n".join(make(i * rows, rows)) + "\n").encode() for i in range(count)]
 
 
 # ------------------------------------------------------------------------------------------- the server
@@ -255,10 +342,17 @@ class Server:
         self.out.close()
 
 
-def drive(url: str, payloads: list[bytes], clients: int, warmup: float, seconds: float) -> tuple[list, tuple]:
-    """K client threads posting payloads in turn for warmup + seconds. Returns the records (start, end, status)
-    and the measured window, on time.time()."""
+def drive(url: str, payloads: list[bytes], clients: int, warmup: float, seconds: float, landing: str = "events",
+          fresh: bool = False) -> tuple[list, tuple]:
+    """K client threads posting payloads in turn for warmup + seconds (`fresh`: each request on a new connection,
+    closed after its answer, as curl and urllib do). Returns the records (start, end, status) and the measured
+    window, on time.time()."""
+    import http.client
+    from urllib.parse import urlsplit
+
     import httpx
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
 
     records: list[tuple[float, float, int]] = []
     guard = threading.Lock()
@@ -267,15 +361,27 @@ def drive(url: str, payloads: list[bytes], clients: int, warmup: float, seconds:
 
     def client(number: int) -> None:
         mine = []
-        with httpx.Client(base_url=url, timeout=180, headers={"Content-Type": "application/x-ndjson"}) as http:
+        def fresh_post(body: bytes) -> int:
+            connection = http.client.HTTPConnection(host, port, timeout=180)
+            try:
+                connection.request("POST", f"/v0/events?name={landing}", body,
+                                   {"Content-Type": "application/x-ndjson", "Connection": "close"})
+                answer = connection.getresponse()
+                answer.read()
+                return answer.status
+            finally:
+                connection.close()
+
+        with httpx.Client(base_url=url, timeout=180, headers={"Content-Type": "application/x-ndjson"}) as http_:
             turn = number
             while time.time() < window[1]:
                 body = payloads[turn % len(payloads)]
                 turn += clients
                 started = time.time()
                 try:
-                    status = http.post("/v0/events", params={"name": "events"}, content=body).status_code
-                except httpx.HTTPError:
+                    status = fresh_post(body) if fresh else \
+                        http_.post("/v0/events", params={"name": landing}, content=body).status_code
+                except (httpx.HTTPError, OSError, http.client.HTTPException):
                     status = 0
                 mine.append((started, time.time(), status))
                 if status in (0, 429, 503):
@@ -292,7 +398,7 @@ def drive(url: str, payloads: list[bytes], clients: int, warmup: float, seconds:
 
 
 def drive_paced(url: str, payloads: list[bytes], rate: float, warmup: float, seconds: float,
-                connections: int = 256) -> tuple[list, tuple]:
+                connections: int = 256, landing: str = "events") -> tuple[list, tuple]:
     """Open loop: request i is due at begin + i / rate whatever the answers before it, for warmup + seconds, sent on
     the first free one of up to `connections` keep-alive connections. Returns the records (due, end, status) and the
     measured window, on time.time(): a request's latency counts from when it was due, so a server answering slower
@@ -305,7 +411,7 @@ def drive_paced(url: str, payloads: list[bytes], rate: float, warmup: float, sec
 
     address = urlsplit(url)
     host, port = address.hostname or "127.0.0.1", address.port or 80
-    requests = [(f"POST /v0/events?name=events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+    requests = [(f"POST /v0/events?name={landing} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                  f"Content-Type: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
                 for body in payloads]
     records: list[tuple[float, float, int]] = []
@@ -459,38 +565,40 @@ def caught_up(snapshot, landing: str, timeout: float) -> float | None:
 
 # -------------------------------------------------------------------------------------------- scenarios
 def http_scenario(server: Server, snapshot, name: str, rows: int, clients: int, warmup: float,
-                  seconds: float, rate: float | None = None) -> dict:
+                  seconds: float, rate: float | None = None, landing: str = "events", fresh: bool = False) -> dict:
     """One scenario against the server: `clients` closed-loop clients (each posts its next request when the last
     is answered: the most the server sustains), or, with `rate`, requests sent at that rate whatever the answers
     (open loop: the latency at a given load)."""
     import httpx
 
-    payloads = bodies(rows, 64)
+    payloads = bodies(rows, 64, landing)
     before = httpx.get(f"{server.url}/v0/ingest", timeout=60).json()
     (python, total), clients_cpu = server.cpu(), cpu_seconds(os.getpid(), descendants=False)
     if rate is None:
-        records, window = drive(server.url, payloads, clients, warmup, seconds)
+        records, window = drive(server.url, payloads, clients, warmup, seconds, landing, fresh)
     else:
-        records, window = drive_paced(server.url, payloads, rate, warmup, seconds)
+        records, window = drive_paced(server.url, payloads, rate, warmup, seconds, landing=landing)
     (python_after, total_after) = server.cpu()
     clients_cpu = cpu_seconds(os.getpid(), descendants=False) - clients_cpu
     after = httpx.get(f"{server.url}/v0/ingest", timeout=60).json()
     figures = request_figures(records, window, rows)
-    how = f"{clients} clients" if rate is None else f"sent at {rate:g} requests/s"
+    how = f"{clients} clients{', a new connection each request' if fresh else ''}" if rate is None else \
+        f"sent at {rate:g} requests/s"
     log(f"scenario {name} ({rows}-row requests, {how}): {figures['requests_per_s']} requests/s, "
         f"{figures['rows_per_s']:,.0f} rows/s, p95 {figures['latency_p95_s']} s; waiting for the views")
-    figures["catch_up_s"] = caught_up(snapshot, "events", 300)
-    figures["visible"] = visibility(snapshot, "events", window)
-    source = after["datasources"].get("events", {})
-    earlier = before["datasources"].get("events", {})
+    figures["catch_up_s"] = caught_up(snapshot, landing, 300)
+    figures["visible"] = visibility(snapshot, landing, window)
+    source = after["datasources"].get(landing, {})
+    earlier = before["datasources"].get(landing, {})
     figures["server"] = {key: source.get(key, 0) - earlier.get(key, 0)
-                         for key in ("commits", "requests", "rows", "rejected_requests", "failed_requests")}
+                         for key in ("commits", "requests", "rows", "quarantined_rows", "rejected_requests",
+                                     "failed_requests", "arrow_parsed_commits", "arrow_committed_commits")}
     figures["server"]["materializer_rounds"] = after["materializer"]["rounds"] - before["materializer"]["rounds"]
     elapsed = warmup + seconds
     figures["cpu"] = {"server_cores": round((total_after - total) / elapsed, 2),
                       "server_python_cores": round((python_after - python) / elapsed, 2),
                       "clients_cores": round(clients_cpu / elapsed, 2)}
-    figures.update(rows_per_request=rows, clients=clients)
+    figures.update(rows_per_request=rows, clients=clients, fresh_connections=fresh)
     if rate is not None:
         figures.update(offered_per_s=rate, clients=None)
     log(f"scenario {name}: visible p95 (slowest view) {figures['visible']['p95_slowest_view_s']} s, "
@@ -498,18 +606,18 @@ def http_scenario(server: Server, snapshot, name: str, rows: int, clients: int, 
     return figures
 
 
-def plain_floor(spark, folder: Path, rows: int, seconds: float) -> dict:
+def plain_floor(spark, folder: Path, rows: int, seconds: float, landing: str = "events") -> dict:
     """The same NDJSON batches appended one after another with a plain Delta write (one commit each)."""
     import pyarrow as pa
 
-    path = str(folder / f"plain-{rows}")
-    payloads = bodies(rows, 64)
+    path = str(folder / f"plain-{landing}-{rows}")
+    payloads = bodies(rows, 64, landing)
     latencies, turn = [], 0
-    schema = DELTA_SCHEMA
+    schema, columns = (WEBLOGS_JSON, WEBLOGS_FLAT) if landing == "weblogs" else (DELTA_SCHEMA, "r.*")
 
     def append(body: bytes) -> None:
         frame = spark.createDataFrame(pa.table({"value": pa.array(body.decode().splitlines(), pa.string())}))
-        frame.selectExpr(f"from_json(value, '{schema}') AS r").select("r.*") \
+        frame.selectExpr(f"from_json(value, '{schema}') AS r").selectExpr(*columns.split(", ")) \
             .write.format("delta").mode("append").save(path)
 
     append(payloads[0])  # creates the table; not counted
@@ -528,7 +636,7 @@ def plain_floor(spark, folder: Path, rows: int, seconds: float) -> dict:
 
 
 def conform_cost(project, repeats: int = 3) -> dict:
-    """What a group commit's schema check costs: the lines parsed and typed by pyarrow alone (`fitting_rows`, the
+    """What a group commit's schema check costs: the lines typed without Spark (`jsonlines.type_lines`, the
     way of lines that all fit as sent), or in one Spark job against a plain JSON parse of the same lines:
     `conform_lines` (the datasource's schema check, quarantine reasons) and the misfit rows the commit collects
     (`Ingestor._misfits`), with the lines parsed by pyarrow (the path plain objects take) and read by Spark column
@@ -538,6 +646,7 @@ def conform_cost(project, repeats: int = 3) -> dict:
 
     from pipeframe.engine import ingest
     from pipeframe.engine.ingest import REASON, Ingestor, conform_lines
+    from pipeframe.engine.jsonlines import type_lines
 
     spark = project.spark
     _table, definition = project.landing_target("events")
@@ -556,7 +665,7 @@ def conform_cost(project, repeats: int = 3) -> dict:
         parts = [i * requests // rows for i in range(rows)]
         conformed, by_spark, parsed, typed = [], [], [], []
         for _ in range(repeats + 1):  # the first is a warm-up
-            typed.append(timed_s(ingest.fitting_rows, lines, definition, "UTC"))
+            typed.append(timed_s(type_lines, lines, definition, "UTC"))
             conformed.append(timed_s(conform_count, lines, parts, requests))
             ingest._parsed = lambda _lines, _definition: None
             try:
@@ -565,7 +674,7 @@ def conform_cost(project, repeats: int = 3) -> dict:
                 ingest._parsed = fast
             parsed.append(timed_s(json_count, lines))
         out[str(rows)] = {"typed_by_pyarrow_s": round(statistics.median(typed[1:]), 3),
-                          "typed": ingest.fitting_rows(lines, definition, "UTC") is not None,
+                          "typed": type_lines(lines, definition, "UTC") is not None,
                           "conform_count_s": round(statistics.median(conformed[1:]), 3),
                           "spark_read_count_s": round(statistics.median(by_spark[1:]), 3),
                           "from_json_count_s": round(statistics.median(parsed[1:]), 3), "requests": requests,
@@ -781,12 +890,13 @@ def limits(results: dict) -> list[str]:
     if conform:
         small_c, large_c = conform.get("10", {}), conform.get("40000", {})
         out.append(
-            "- **The schema check before the Delta write.** When every line of a group fits its columns as sent "
-            "(plain objects, values of the declared JSON types, integers in range, ISO dates and times"
-            + (": as these do" if large_c.get("typed") else "") + "), pyarrow parses and types the lines "
-            f"(`fitting_rows`) and no Spark job runs: {small_c.get('typed_by_pyarrow_s', '?')} s for 10 lines and "
-            f"{large_c.get('typed_by_pyarrow_s', '?')} s for 40,000. Any other group is conformed "
-            "(`conform_lines`: each column cast by Spark, quarantine reasons) in one Spark job that brings the "
+            "- **The schema check before the Delta write.** A group's lines are typed without Spark "
+            "(`jsonlines.type_lines`: orjson, then pyarrow column by column for the lines whose values are plain, "
+            "line by line for misfits and rare spellings" + (": as these are" if large_c.get("typed") else "") +
+            f") and no Spark job runs: {small_c.get('typed_by_pyarrow_s', '?')} s for 10 lines and "
+            f"{large_c.get('typed_by_pyarrow_s', '?')} s for 40,000. A group with a line whose fate in Spark is not "
+            "certain is conformed (`conform_lines`: each column cast by Spark, quarantine reasons) in one Spark job "
+            "that brings the "
             "rows to the driver as Arrow, where the misfits are split off (the figures below time the same job with "
             "a count instead: Spark's writer's way). Lines that are plain objects "
             "of the declared columns are parsed by pyarrow in one pass"
@@ -824,6 +934,81 @@ def limits(results: dict) -> list[str]:
                     "overlap but also slow each other down (see the ratio above); one job for the views of one source "
                     "would cut the fixed cost itself.")
     return out
+
+
+def real_verdicts(results: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 33's targets for the real-shaped datasource: throughput from the closed-loop scenarios, latency and
+    visibility at the targets' load (the open-loop ones)."""
+    real = results.get("real") or {}
+    scenarios, paced = real.get("scenarios", {}), real.get("paced", {})
+    ra, rb, rc = (scenarios.get(name, {}) for name in ("RA", "RB", "RC"))
+    at_load = [s for s in (paced.get(name) or scenarios.get(name) for name in ("RA", "RB")) if s]
+    out: list[tuple[str, str, bool | None]] = []
+
+    def add(key: str, measured: float | None, text: str, met: Callable[[float, float], bool]) -> None:
+        label, goal = REAL_TARGETS[key]
+        out.append((label, text if measured is not None else "not measured",
+                    None if measured is None else met(measured, goal)))
+
+    def where(name: str, key: str) -> object:
+        chosen = paced.get(name) or scenarios.get(name, {})
+        return chosen.get("visible", {}).get(key) if key == "p95_slowest_view_s" else chosen.get(key)
+
+    add("requests_per_s", ra.get("requests_per_s"), f"{ra.get('requests_per_s', 0):,.1f} requests/s", lambda m, g: m >= g)
+    add("rows_per_s", rb.get("rows_per_s"), f"{rb.get('rows_per_s', 0):,.0f} rows/s", lambda m, g: m >= g)
+    latencies = [s.get("latency_p95_s") for s in at_load if s.get("latency_p95_s") is not None]
+    add("latency_p95_s", max(latencies) if latencies else None,
+        ", ".join(f"{n} {where(n, 'latency_p95_s')} s" for n in ("RA", "RB")), lambda m, g: m <= g)
+    visible = [s["visible"].get("p95_slowest_view_s") for s in at_load if s["visible"].get("p95_slowest_view_s")]
+    add("visible_p95_s", max(visible) if visible else None,
+        ", ".join(f"{n} {where(n, 'p95_slowest_view_s')} s" for n in ("RA", "RB")), lambda m, g: m <= g)
+    add("fresh_per_s", rc.get("requests_per_s"), f"{rc.get('requests_per_s', 0):,.1f} requests/s", lambda m, g: m >= g)
+    return out
+
+
+def real_section(results: dict) -> list[str]:
+    """The real-shaped datasource's part of the section: its scenarios, floor, targets and the ways its commits took."""
+    real = results.get("real") or {}
+    scenarios, paced, floor = real.get("scenarios", {}), real.get("paced", {}), real.get("plain", {})
+    if not scenarios and not paced:
+        return []
+    lines = ["", "### The real-shaped datasource (issue 33)", "",
+             ("`weblogs` as a real Tinybird project declares it: `ENGINE_SORTING_KEY host, ts`, "
+              "`ENGINE_PARTITION_KEY toYYYYMM(ts)` (a generated partition column), a TTL, nested `json:` paths "
+              "(`$.req.path`, `$['geo info'].country`), an array, a Map, Nullable and LowCardinality columns, "
+              "`DateTime64(3, 'UTC')`, `Decimal(10, 2)`, `Float32`, UInt columns, a `DEFAULT`, a UUID; one line in "
+              f"{MISFIT_EVERY} a misfit (a negative UInt16, a time that is none, a line that is not JSON); three "
+              "materialized views over it (bench/ingest_bench.py `WEBLOGS_VIEWS`), served by `pipeframe serve` as "
+              "the flat one is. `pyarrow parse` and `pyarrow commit`: the share of its group commits whose lines "
+              "were typed without Spark (engine/jsonlines.py) and whose rows were committed by pyarrow and a commit "
+              "file (engine/deltaappend.py)."), "",
+             ("| scenario | requests/s | rows/s | latency p50 / p95 / p99 | commit → visible p95 (slowest view) | "
+              "source commits | pyarrow parse / pyarrow commit | quarantined rows | server CPU (cores) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, rows in REAL.items():
+        closed = scenarios.get(name)
+        how = f"{(closed or {}).get('clients')} clients" + \
+            (", a new connection per request" if (closed or {}).get("fresh_connections") else "")
+        rate = paced.get(name, {}).get("offered_per_s", 0)
+        for s_, label in ((closed, how), (paced.get(name), f"sent at {rate:g} requests/s")):
+            if s_:
+                v, server = s_["visible"], s_["server"]
+                commits = max(server.get("commits") or 0, 1)
+                lines.append(f"| {name}: {rows:,}-row requests, {label} | {s_['requests_per_s']:,.1f} | "
+                             f"{s_['rows_per_s']:,.0f} | {s_['latency_p50_s']} / {s_['latency_p95_s']} / "
+                             f"{s_['latency_p99_s']} s | {v['p95_slowest_view_s']} s | {server.get('commits')} | "
+                             f"{server.get('arrow_parsed_commits', 0) / commits:.0%} / "
+                             f"{server.get('arrow_committed_commits', 0) / commits:.0%} | "
+                             f"{server.get('quarantined_rows', 0):,} | {s_['cpu']['server_cores']} |")
+        p = floor.get(name)
+        if p:
+            lines.append(f"| {name}: plain Delta append, {rows:,}-row batches, sequential | {p['requests_per_s']:,.1f} "
+                         f"| {p['rows_per_s']:,.0f} | {p['latency_p50_s']} / {p['latency_p95_s']} / "
+                         f"{p['latency_p99_s']} s | (no views) | {p['requests']} | | | |")
+    lines += ["", "| target (issue 33) | measured | verdict |", "|---|---|---|"]
+    for label, measured, met in real_verdicts(results):
+        lines.append(f"| {label} | {measured} | {'not measured' if met is None else 'met' if met else '**not met**'} |")
+    return lines
 
 
 def section(results: dict) -> str:
@@ -947,6 +1132,7 @@ def section(results: dict) -> str:
                            f"{profile['views_one_at_a_time_s']['median']:.2f} s with the views refreshed one at a "
                            f"time in the same repeats; one at a time / at once {r['min']:.1f} / **{r['median']:.1f}** "
                            f"/ {r['max']:.1f}x. In the steps above the views' spans overlap.")]
+    lines += real_section(results)
     lines += limits(results)
     notes = results.get("notes")
     if notes:
@@ -956,23 +1142,29 @@ def section(results: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------ running
 def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats: int,
-        append: dict | None = None, scenarios: Sequence[str] = tuple(SCENARIOS), keep: bool = False,
+        append: dict | None = None, scenarios: Sequence[str] = (*SCENARIOS, *REAL), keep: bool = False,
         flush_ms: int | None = None, compare_writer: bool = True, paced: dict[str, float] | None = None) -> dict:
     """Everything above, in one temp warehouse. `append`: the Project.append figures measured already (run.py's
     views section), reused instead of measured again. `flush_ms`: the project's `ingest.flush_ms` (default: the
     product's). `compare_writer`: the scenarios again, served with `ingest.direct_commit: false` (every group
     commit through Spark's Delta writer instead of pyarrow and a commit file). `paced`: scenario -> requests/s
     sent open loop after the closed-loop scenarios, on the same server (default PACED)."""
-    paced = PACED if paced is None else paced
+    paced = {**PACED, **REAL_PACED} if paced is None else paced
+    real = [name for name in scenarios if name in REAL]
+    scenarios = [name for name in scenarios if name in SCENARIOS]
+    real_paced = {name: rate for name, rate in paced.items() if name in REAL}
+    paced = {name: rate for name, rate in paced.items() if name in SCENARIOS}
     from pipeframe.project import Project
 
     work = Path(tempfile.mkdtemp(prefix="pipeframe-ingest-bench-"))
     results: dict = {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
                      "load": [round(x, 2) for x in os.getloadavg()], "seconds": seconds, "warmup_s": warmup,
-                     "scenarios": {}, "paced": {}, "plain": {}}
+                     "scenarios": {}, "paced": {}, "plain": {},
+                     "real": {"scenarios": {}, "paced": {}, "plain": {}}}
     try:
         root = work / "project"
         write_pipeframe_project(root)
+        write_weblogs(root)
         config = (root / "pipeframe.yaml").read_text()
         ingest = {"flush_ms": flush_ms} if flush_ms is not None else {}
 
@@ -997,6 +1189,14 @@ def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats:
             for name, rate in paced.items():
                 results["paced"][name] = http_scenario(server, snapshot, name, SCENARIOS[name], clients, warmup,
                                                        seconds, rate=rate)
+            for name in real:
+                fresh = name == FRESH
+                results["real"]["scenarios"][name] = http_scenario(
+                    server, snapshot, name, REAL[name], FRESH_CLIENTS if fresh else clients, warmup, seconds,
+                    landing="weblogs", fresh=fresh)
+            for name, rate in real_paced.items():
+                results["real"]["paced"][name] = http_scenario(server, snapshot, name, REAL[name], clients, warmup,
+                                                               seconds, rate=rate, landing="weblogs")
         finally:
             server.stop()
         if compare_writer:
@@ -1011,6 +1211,8 @@ def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats:
             configure()
         for name in scenarios:
             results["plain"][name] = plain_floor(project.spark, work, SCENARIOS[name], seconds)
+        for name in sorted({n for n in real if n != FRESH}):
+            results["real"]["plain"][name] = plain_floor(project.spark, work, REAL[name], seconds, "weblogs")
         results["conform"] = conform_cost(project)
         if append is not None:
             results["append"] = dict(append, **{"from": "measured by the views section of the same run"})
@@ -1028,6 +1230,13 @@ def run(seconds: float, clients: int, warmup: float, profile_rows: int, repeats:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def write_weblogs(root: Path) -> None:
+    """The real-shaped datasource and its three views, beside the benchmark's project."""
+    (root / "datasources/weblogs.datasource").write_text(WEBLOGS_DATASOURCE)
+    for name, sql in WEBLOGS_VIEWS.items():
+        (root / f"pipes/{name}.pipe").write_text(f"NODE {name}\nSQL >\n    {sql}\nTYPE materialized\nDATASOURCE {name}\n")
+
+
 def write_docs(results: dict, page: Path) -> None:
     report.save_section(page, "ingest", results, SECTION, section(results).rstrip("\n").splitlines(), BEFORE)
 
@@ -1039,8 +1248,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30, help="measured seconds per scenario (and plain loop)")
     parser.add_argument("--warmup", type=float, default=10, help="seconds of load before each measured window")
     parser.add_argument("--clients", type=int, default=64, help="concurrent HTTP clients (threads)")
-    parser.add_argument("--scenarios", default="A,B", help="A (10-row requests), B (1,000-row requests)")
-    parser.add_argument("--paced", default=",".join(f"{k}={v:g}" for k, v in PACED.items()),
+    parser.add_argument("--scenarios", default="A,B,RA,RB,RC",
+                        help="A (10-row requests), B (1,000-row requests) to the flat `events`; RA, RB the same to the "
+                             "real-shaped `weblogs` (three views), RC 10-row requests to it from 8 clients that open a "
+                             "new connection per request")
+    parser.add_argument("--paced", default=",".join(f"{k}={v:g}" for k, v in {**PACED, **REAL_PACED}.items()),
                         help="scenario=requests/s sent open loop, for the latency at that load ('' to skip)")
     parser.add_argument("--profile-rows", type=int, default=100_000, help="rows of the profiled Project.append (0: skip)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of the Project.append profile")
@@ -1061,8 +1273,9 @@ def main() -> int:
         paced = {k.strip().upper(): float(v) for k, v in (p.split("=") for p in args.paced.split(",") if p.strip())}
     except ValueError:
         parser.error("--paced takes scenario=requests/s pairs, e.g. A=200,B=50")
-    if (set(chosen) | set(paced)) - set(SCENARIOS):
-        parser.error(f"unknown scenario(s): {', '.join(sorted((set(chosen) | set(paced)) - set(SCENARIOS)))}")
+    known = set(SCENARIOS) | set(REAL)
+    if (set(chosen) | set(paced)) - known:
+        parser.error(f"unknown scenario(s): {', '.join(sorted((set(chosen) | set(paced)) - known))}")
     results = run(args.seconds, args.clients, args.warmup, args.profile_rows, args.repeats, scenarios=chosen,
                   keep=args.keep, flush_ms=args.flush_ms, compare_writer=not args.no_compare_writer, paced=paced)
     results["command"] = " ".join(["python", "bench/ingest_bench.py", *sys.argv[1:]])

@@ -621,3 +621,64 @@ def parse_column_type(written: str) -> ColumnType:
 def normalize_type(written: str) -> str:
     """The canonical Spark SQL spelling of a type; normalize_type(normalize_type(x)) == normalize_type(x)."""
     return parse_type_tree(written)[0].type
+
+
+# --------------------------------------------------------------------------------------------------
+# What ClickHouse makes of a value at ingest: integer ranges and the defaults of missing fields.
+
+
+@dataclass(frozen=True)
+class ValueRules:
+    """What a column written in a ClickHouse type enforces of each value it takes (pipeframe's ingest does the
+    same): the range of an integer type (of the value, or of an array's elements and a map's values), and what a
+    missing field (or a JSON null) becomes in a column that is not `Nullable`: its type's default, as ClickHouse
+    stores it. Spark-spelled types (`BIGINT`, `STRING`...) and `Nullable(T)` keep NULL."""
+
+    bounds: tuple[int, int] | None = None
+    element_bounds: tuple[int, int] | None = None  # Array(T) elements, Map(K, V) values
+    missing_sql: str | None = None  # the type's default as a Spark SQL literal
+    missing_value: object = None  # the same as a Python value (arrays and maps as empty tuples)
+
+    @property
+    def takes_default(self) -> bool:
+        return self.missing_sql is not None
+
+
+_WIDTHS = {f"{sign}int{bits}": (0, 2 ** bits - 1) if sign == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+           for sign in ("", "u") for bits in (8, 16, 32, 64, 128, 256)}
+# ClickHouse's names exactly as ClickHouse spells them (its type names are case-sensitive), with their defaults.
+_EPOCH_DATE, _EPOCH = "DATE'1970-01-01'", "TIMESTAMP'1970-01-01 00:00:00+00:00'"
+_DEFAULTS: dict[str, tuple[str, object]] = {
+    "String": ("''", ""), "UUID": ("'00000000-0000-0000-0000-000000000000'", "00000000-0000-0000-0000-000000000000"),
+    "IPv4": ("'0.0.0.0'", "0.0.0.0"), "IPv6": ("'::'", "::"), "Bool": ("false", False),
+    "Float32": ("0.0", 0.0), "Float64": ("0.0", 0.0), "Date": (_EPOCH_DATE, "1970-01-01"),
+    "Date32": (_EPOCH_DATE, "1970-01-01"), "DateTime": (_EPOCH, "1970-01-01 00:00:00"),
+    "DateTime64": (_EPOCH, "1970-01-01 00:00:00"), "Array": ("array()", ()), "Map": ("map()", ()),
+    **{name: ("0", 0) for name in ("Decimal", "Decimal32", "Decimal64", "Decimal128", "Decimal256")},
+    **{f"{sign}Int{bits}": ("0", 0) for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)},
+}
+
+
+@lru_cache(maxsize=8192)
+def value_rules(written: str) -> ValueRules:
+    """The ValueRules of a column type as written (see ValueRules); no rules for what cannot be read."""
+    try:
+        tokens = [t for t in _tokenize(written) if t.kind != "end"]
+    except TypeProblem:
+        return ValueRules()
+    names = [t.value for t in tokens if t.kind == "name"]
+    if not names:
+        return ValueRules()
+    head = names[0]
+    while head == "LowCardinality" and len(names) > 1:
+        names, head = names[1:], names[1]
+    bounds = _WIDTHS.get(head.lower())
+    element = None
+    if head.lower() in ("array", "map") and len(names) > 1:
+        inner = [n for n in names[1:] if n not in ("LowCardinality", "Nullable")]
+        # Array(T): T's range; Map(K, V): V's (the last scalar name of the type).
+        element = _WIDTHS.get((inner[0] if head.lower() == "array" else inner[-1]).lower()) if inner else None
+    default = _DEFAULTS.get(head)
+    if head == "Nullable" or default is None:
+        return ValueRules(bounds, element)
+    return ValueRules(bounds, element, *default)

@@ -6,10 +6,13 @@ and conflict bookkeeping, the commit): docs/benchmarks.md. This module writes wh
 append, and nothing it is unsure of. `append` answers None (nothing committed: the caller writes with Spark) for
 
 * a table it cannot read exactly from its log (`deltalog`), or not in a local folder;
-* partition columns, column mapping, in-commit timestamps, row tracking, identity or generated columns, column
-  invariants or CHECK constraints, a column default, liquid clustering (its writers must give the clustering columns
-  statistics this module does not write for every type), a writer feature it does not know;
-* rows whose columns or types are not the table's;
+* column mapping, in-commit timestamps, row tracking, identity columns, a generated column that is not a partition
+  column or whose expression `generated` cannot compute exactly, column invariants or CHECK constraints, a column
+  default, a partition column of a type whose partition value it does not write (floats, decimals, binary), a writer
+  feature it does not know;
+* rows whose columns or types are not the table's (a generated column is computed here, never taken from the rows);
+* on a clustered table (the `clustering` writer feature: an ENGINE_SORTING_KEY), rows it cannot give the statistics
+  Delta's clustering requires of writers (bounds of every column that may be clustered: a NaN or an infinity);
 * a commit that falls on a checkpoint version (every `delta.checkpointInterval`, 10 by default), unless the caller
   has Delta write the checkpoint after it (`on_checkpoint`): readers must never replay a long log.
 
@@ -22,23 +25,36 @@ process, `conflicts.table_lock` keeps these commits apart from pipeframe's Spark
 DELETE, TTL, OPTIMIZE, compaction, deploy's ALTERs). A crash before the link leaves an unreferenced parquet file,
 which VACUUM removes.
 
-Statistics: numRecords, nullCount of every column but structs, min/max of integer, date and short string columns
-(exact values, as Delta's reader expects them); none for the rest, which only means those files are not skipped by
-filters on them until OPTIMIZE rewrites them."""
+Partitioned tables (PROTOCOL.md, "Partition Value Serialization"): one file per partition of the rows, written without
+the partition columns, its `add` carrying the serialized `partitionValues` (an empty string, as Spark's writer also
+has it, is a NULL partition value). A generated partition column (a partition key expression) is computed by
+`generated`, which answers only where the value is certain to be Spark's.
+
+Clustered tables (PROTOCOL.md, "Clustered Table"): an append may leave the rows unclustered (no
+`clusteringProvider`: OPTIMIZE clusters them later, as after Spark's own appends); the protocol asks only that every
+file's `add` carries statistics for the clustering columns, so on such a table every column of a type Delta clusters
+by gets its bounds, or the append is left to Spark.
+
+Statistics: numRecords, nullCount of every column but structs, min/max of numbers, dates, times and strings (strings
+cut to Delta's 32-character prefix: the minimum as its prefix, a longer maximum as its prefix and U+10FFFF, which no
+longer value with that prefix exceeds); none for the rest, which only means those files are not skipped by filters on
+them until OPTIMIZE rewrites them."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from pipeframe.engine import deltalog
+from pipeframe.engine import deltalog, generated
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,12 +64,16 @@ ENGINE = "pipeframe (pyarrow append)"
 ATTEMPTS = 20  # versions tried before giving the append to Spark
 # Writer features whose rules a plain append of complete rows meets (the checks below cover the conditional ones).
 WRITER_FEATURES = {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
-                   "deletionVectors", "timestampNtz", "domainMetadata", "v2Checkpoint",
+                   "deletionVectors", "timestampNtz", "domainMetadata", "v2Checkpoint", "clustering",
                    "vacuumProtocolCheck", "columnMapping", "typeWidening", "typeWidening-preview"}
 UNSAFE_CONFIG = ("delta.constraints.", "delta.columnMapping.mode", "delta.enableInCommitTimestamps",
                  "delta.enableRowTracking")
-UNSAFE_FIELD = ("delta.invariants", "delta.generationExpression", "delta.identity.", "CURRENT_DEFAULT")
+GENERATED = "delta.generationExpression"
+UNSAFE_FIELD = ("delta.invariants", GENERATED, "delta.identity.", "CURRENT_DEFAULT")
 STRING_STATS = 32  # Delta truncates string statistics to this many characters; shorter ones are exact
+STRING_MAX = "\U0010FFFF"  # after a cut maximum's prefix: greater than whatever followed it
+# Partition column types whose values are written here (as PROTOCOL.md serializes them).
+PARTITION_TYPES = ("string", "byte", "short", "integer", "long", "date", "timestamp", "timestamp_ntz", "boolean")
 
 
 @dataclass(frozen=True)
@@ -65,29 +85,36 @@ class _Table:
     required: frozenset[str]  # NOT NULL columns
     checkpoint_interval: int
     tight_bounds: bool  # the table may have deletion vectors: its statistics say whether they are exact
+    partitions: tuple[str, ...] = ()  # the partition columns, in order
+    generated: tuple[tuple[str, str], ...] = ()  # (partition column, its generation expression)
+    clustered: bool = False  # the `clustering` writer feature: every file needs the clustering columns' bounds
 
 
 def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
-           on_checkpoint: Callable[[int], object] | None = None) -> int | None:
+           on_checkpoint: Callable[[int], object] | None = None, time_zone: str = "UTC") -> int | None:
     """Commit `rows` as one append to the Delta table in local `folder`: the new version, or None when this module
     must leave the append to Spark (see the module's docstring; then nothing was written to the log).
 
     `on_checkpoint(version)` is called after a commit that falls on a checkpoint version, to have Delta write the
-    checkpoint (`tables.checkpoint`); without it, such commits are left to Spark's writer."""
-    data: tuple[str, dict] | None = None
-    table, version = None, -1
+    checkpoint (`tables.checkpoint`); without it, such commits are left to Spark's writer. `time_zone`: the Spark
+    session's, in which generated columns are computed (`generated`)."""
+    data: list[dict] | None = None
+    table, version, complete = None, -1, rows
     for _attempt in range(ATTEMPTS):
         if table is None:
             table = _table(folder)
-            if table is None or not _fits(rows, table):
+            complete = _with_generated(rows, table, time_zone) if table is not None else None
+            if table is None or complete is None or not _fits(complete, table):
                 return None
             version = table.version + 1
         due = version % table.checkpoint_interval == 0
         if due and on_checkpoint is None:
             return None
-        if data is None and rows.num_rows:
-            data = _write_file(folder, rows, table.tight_bounds)
-        committed = _commit(folder, version, table.version, rows.num_rows, data, user_metadata)
+        if data is None:
+            data = _write_files(folder, complete, table) if rows.num_rows else []
+            if data is None:
+                return None  # statistics a clustered table requires cannot be written for these rows
+        committed = _commit(folder, version, table, rows.num_rows, data, user_metadata)
         if committed is None:
             return None  # the filesystem cannot create the commit file this way: Spark's writer can
         if committed:
@@ -98,8 +125,8 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
                     log.warning("could not ask for a checkpoint of %s at version %s: %s", folder, version, exc)
             return version
         actions = deltalog.commit_actions(folder, version)
-        if actions is None or any("metaData" in a or "protocol" in a for a in actions):
-            table = None  # a metadata or protocol change won: check everything again
+        if actions is None or any("metaData" in a or "protocol" in a or "domainMetadata" in a for a in actions):
+            table, data = None, None  # a metadata or protocol change won: check (and lay out the files) again
         else:
             version += 1  # a blind append conflicts with no data change: take the next version
     return None
@@ -110,8 +137,7 @@ def _table(folder: str) -> _Table | None:
     if state is None:
         return None
     metadata, protocol, config = state.metadata, state.protocol, state.configuration()
-    if metadata.get("partitionColumns") or any(k.startswith(UNSAFE_CONFIG) and
-                                               str(v).lower() not in ("none", "false") for k, v in config.items()):
+    if any(k.startswith(UNSAFE_CONFIG) and str(v).lower() not in ("none", "false") for k, v in config.items()):
         return None
     writer, features = protocol.get("minWriterVersion"), set(protocol.get("writerFeatures") or ())
     if not isinstance(writer, int) or writer > 7 or (writer == 7 and not features <= WRITER_FEATURES):
@@ -119,13 +145,35 @@ def _table(folder: str) -> _Table | None:
     try:
         fields = json.loads(metadata.get("schemaString") or "")["fields"]
         interval = int(config.get("delta.checkpointInterval", 10))
+        partitions = tuple(str(name) for name in metadata.get("partitionColumns") or ())
+        types = {f["name"]: f["type"] for f in fields}
+        expressions = tuple((f["name"], str(f["metadata"][GENERATED])) for f in fields
+                            if GENERATED in (f.get("metadata") or {}))
     except (ValueError, KeyError, TypeError):
         return None
-    if interval < 1 or any(str(key).startswith(UNSAFE_FIELD) for key in _field_metadata_keys(fields)):
+    # A generation expression is computed only for a partition column; any other is Spark's to enforce.
+    top = [key for f in fields for key in (f.get("metadata") or {}) if not (key == GENERATED and f["name"] in partitions)]
+    nested = [key for f in fields for key in _field_metadata_keys([{"type": f.get("type")}])]
+    if interval < 1 or any(str(key).startswith(UNSAFE_FIELD) for key in top + nested) or \
+            any(types.get(name) not in PARTITION_TYPES for name in partitions):
         return None
-    return _Table(state.version, {f["name"]: f["type"] for f in fields},
-                  frozenset(f["name"] for f in fields if f.get("nullable") is False), interval,
-                  "deletionVectors" in features)
+    return _Table(state.version, types, frozenset(f["name"] for f in fields if f.get("nullable") is False), interval,
+                  "deletionVectors" in features, partitions, expressions, "clustering" in features)
+
+
+def _with_generated(rows: pa.Table, table: _Table, time_zone: str) -> pa.Table | None:
+    """The rows with the table's generated partition columns computed (`generated`); None when one cannot be, or
+    the rows hold one already (its value is the table's to compute, not the caller's)."""
+    import pyarrow as pa
+
+    for name, expression in table.generated:
+        if name in rows.column_names:
+            return None
+        value = generated.evaluate(expression, rows, time_zone)
+        if not isinstance(value, pa.Array | pa.ChunkedArray):  # None, or a constant (a scalar)
+            return None
+        rows = rows.append_column(name, value)
+    return rows
 
 
 def writable(folder: str) -> bool:
@@ -190,29 +238,70 @@ def _same_type(arrow: pa.DataType, delta: object) -> bool:
     return False
 
 
-def _write_file(folder: str, rows: pa.Table, tight_bounds: bool) -> tuple[str, dict]:
+def _write_files(folder: str, rows: pa.Table, table: _Table) -> list[dict] | None:
+    """The rows as parquet files in the table's folder, one per partition (without the partition columns), each
+    on disk before any commit names it: their `add` actions. None when a clustered table's statistics cannot be
+    written for them."""
+    import pyarrow.compute as pc
+
+    if not table.partitions:
+        add = _write_file(folder, rows, {}, table)
+        return None if add is None else [add]
+    keys = rows.select(list(table.partitions)).group_by(list(table.partitions)).aggregate([])
+    adds = []
+    for key in keys.to_pylist():
+        mask = None
+        for name, value in key.items():
+            match = pc.is_null(rows.column(name)) if value is None else \
+                pc.fill_null(pc.equal(rows.column(name), value), False)
+            mask = match if mask is None else pc.and_(mask, match)
+        part = rows.filter(mask).drop_columns(list(table.partitions))
+        values = {name: _partition_value(value, table.columns[name]) for name, value in key.items()}
+        add = _write_file(folder, part, values, table)
+        if add is None:
+            return None
+        adds.append(add)
+    return adds
+
+
+def _partition_value(value: object, kind: object) -> str | None:
+    """A partition value as PROTOCOL.md serializes it (a timestamp as ISO 8601 in UTC, as Spark writes it); an empty
+    string is NULL, as Spark's writer also stores it."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):  # isoformat: strftime's %Y does not pad years before 1000
+        if kind == "timestamp":
+            return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+        return value.isoformat(sep=" ", timespec="microseconds")
+    return str(value)  # strings, integers; dates as YYYY-MM-DD
+
+
+def _write_file(folder: str, rows: pa.Table, partition_values: dict, table: _Table) -> dict | None:
     """One parquet file of `rows` in the table's folder, on disk before any commit names it: its `add` action."""
     import pyarrow.parquet as pq
 
+    stats = _stats(rows, table.clustered)
+    if stats is None:
+        return None
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     path = os.path.join(folder, name)
     pq.write_table(rows, path, compression="snappy")
     with open(path, "rb") as handle:
         os.fsync(handle.fileno())
     stat = os.stat(path)
-    stats = _stats(rows)
-    if tight_bounds:
+    if table.tight_bounds:
         stats["tightBounds"] = True  # exact: a new file has no deletion vector
-    return name, {"path": name, "partitionValues": {}, "size": stat.st_size,
-                  "modificationTime": stat.st_mtime_ns // 1_000_000, "dataChange": True,
-                  "stats": json.dumps(stats, separators=(",", ":"))}
+    return {"path": name, "partitionValues": partition_values, "size": stat.st_size,
+            "modificationTime": stat.st_mtime_ns // 1_000_000, "dataChange": True, "stats": _stats_json(stats)}
 
 
-def _stats(rows: pa.Table) -> dict:
-    """numRecords; nullCount of every column but structs (Delta nests theirs); exact min/max of integer, date and
-    short string columns; min/max of timestamps in milliseconds as Delta writes them (the minimum rounded down,
-    the maximum up: a bound never excludes a row, whether or not the reader widens it by a millisecond as Spark's
-    Delta does)."""
+def _stats(rows: pa.Table, complete: bool) -> dict | None:
+    """numRecords; nullCount of every column but structs (Delta nests theirs); min/max of numbers, dates, strings
+    (cut as the module's docstring says) and of timestamps in milliseconds as Delta writes them (the minimum rounded
+    down, the maximum up: a bound never excludes a row, whether or not the reader widens it by a millisecond as
+    Spark's Delta does). `complete` (a clustered table): None when a column of those types gets no bounds."""
     import pyarrow.compute as pc
     import pyarrow.types as t
 
@@ -225,19 +314,50 @@ def _stats(rows: pa.Table) -> dict:
         nulls[name] = column.null_count
         text = t.is_string(kind) or t.is_large_string(kind)
         time_ = t.is_timestamp(kind)
-        if column.null_count == len(column) or not (t.is_integer(kind) or t.is_date32(kind) or text or time_):
+        number = t.is_integer(kind) or t.is_floating(kind) or t.is_decimal(kind)
+        if column.null_count == len(column) or not (number or t.is_date32(kind) or text or time_):
             continue
         try:
-            if text and pc.max(pc.utf8_length(column)).as_py() > STRING_STATS:
-                continue
             bounds = pc.min_max(column).as_py()
+            if t.is_floating(kind) and not all(math.isfinite(b) for b in bounds.values()) or \
+                    t.is_floating(kind) and pc.any(pc.is_nan(column)).as_py():
+                raise ValueError("NaN or infinite")  # Delta's JSON statistics have no spelling for them
             if time_:
                 low[name], high[name] = _millis(bounds["min"], kind.tz), _millis(bounds["max"], kind.tz, up=True)
-                continue
+            elif text:
+                low[name], high[name] = bounds["min"][:STRING_STATS], _cut_maximum(bounds["max"])
+            else:
+                low[name], high[name] = (str(b) if t.is_date32(kind) else b for b in (bounds["min"], bounds["max"]))
         except (ValueError, OverflowError):  # e.g. a date outside Python's years 1..9999: no bounds
-            continue
-        low[name], high[name] = (str(b) if t.is_date32(kind) else b for b in (bounds["min"], bounds["max"]))
+            if complete:
+                return None
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+def _cut_maximum(value: str) -> str:
+    """A string maximum as a statistic: itself up to STRING_STATS characters, else its prefix and STRING_MAX."""
+    if len(value) <= STRING_STATS:
+        return value
+    if value[STRING_STATS] == STRING_MAX:
+        raise ValueError("no bound of this prefix exceeds the value")
+    return value[:STRING_STATS] + STRING_MAX
+
+
+def _stats_json(stats: dict) -> str:
+    """Statistics as Delta's JSON: decimals as numbers with every digit (json.dumps has no exact spelling for them)."""
+    exact: list[str] = []
+
+    def number(value: object) -> object:
+        if isinstance(value, Decimal):
+            exact.append(format(value, "f"))
+            return f"\x00{len(exact) - 1}\x00"
+        return value
+
+    text = json.dumps({key: ({name: number(v) for name, v in value.items()} if isinstance(value, dict) else value)
+                       for key, value in stats.items()}, separators=(",", ":"))
+    for index, digits in enumerate(exact):
+        text = text.replace(f'"\\u0000{index}\\u0000"', digits)
+    return text
 
 
 def _millis(value: datetime, zone: str | None, up: bool = False) -> str:
@@ -250,17 +370,17 @@ def _millis(value: datetime, zone: str | None, up: bool = False) -> str:
     return f"{value:%Y-%m-%dT%H:%M:%S}.{value.microsecond // 1000:03d}" + ("Z" if zone is not None else "")
 
 
-def _commit(folder: str, version: int, read: int, count: int, data: tuple[str, dict] | None,
+def _commit(folder: str, version: int, table: _Table, count: int, data: list[dict],
             user_metadata: str | None) -> bool | None:
     """Put commit `version` in place: False when another writer has it, None when the filesystem cannot link."""
     info = {"timestamp": int(time.time() * 1000), "operation": "WRITE",
-            "operationParameters": {"mode": "Append", "partitionBy": "[]"}, "readVersion": read,
-            "isolationLevel": "Serializable", "isBlindAppend": True,
-            "operationMetrics": {"numFiles": str(1 if data else 0), "numOutputRows": str(count),
-                                 "numOutputBytes": str(data[1]["size"] if data else 0)},
+            "operationParameters": {"mode": "Append", "partitionBy": json.dumps(list(table.partitions))},
+            "readVersion": table.version, "isolationLevel": "Serializable", "isBlindAppend": True,
+            "operationMetrics": {"numFiles": str(len(data)), "numOutputRows": str(count),
+                                 "numOutputBytes": str(sum(add["size"] for add in data))},
             **({"userMetadata": user_metadata} if user_metadata is not None else {}),
             "engineInfo": ENGINE, "txnId": str(uuid.uuid4())}
-    lines = [{"commitInfo": info}, *([{"add": data[1]}] if data else [])]
+    lines = [{"commitInfo": info}, *({"add": add} for add in data)]
     log = os.path.join(folder, deltalog.LOG)
     final = os.path.join(log, f"{version:020d}.json")
     temporary = os.path.join(log, f".{version:020d}.json.{uuid.uuid4()}.tmp")

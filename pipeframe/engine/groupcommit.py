@@ -4,8 +4,9 @@ several threads) share one Delta commit, as a database shares one log flush betw
 Each datasource has a queue and one thread that commits it. A request waits in the queue until the group it joined
 is committed, and is acknowledged only then: never from memory alone. A request lands whole or not at all (its
 lines are never split between commits). The group is cut when it holds `flush_rows` lines or `flush_bytes` bytes,
-or its first request has waited `flush_ms`; while one commit is written the next group gathers, so the busier the
-datasource the larger its commits. Above `buffer_bytes` waiting, a request is refused (PF819, HTTP 429) instead of
+or its first request has waited `flush_ms`, or as many requests wait as the last commit answered (clients that
+wait for their answer before sending again are all back); while one commit is written the next group gathers, so
+the busier the datasource the larger its commits. Above `buffer_bytes` waiting, a request is refused (PF819, HTTP 429) instead of
 growing memory without bound.
 
 An idempotency key makes a retried request land once: the keys of a commit are kept in its userMetadata with what
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from pipeframe.config import IngestSettings
 from pipeframe.engine import tables
-from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines, fitting_rows
+from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines
+from pipeframe.engine.jsonlines import type_lines
 from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line
 
@@ -67,6 +69,8 @@ class IngestStats:
     """What `GET /v0/ingest` shows for one datasource."""
 
     commits: int = 0
+    arrow_parsed: int = 0  # commits whose lines were typed without Spark (`jsonlines`)
+    arrow_committed: int = 0  # commits written by pyarrow and a commit file (`deltaappend`), not Spark's writer
     requests: int = 0
     rows: int = 0
     quarantined: int = 0
@@ -86,6 +90,7 @@ class IngestStats:
 
     def to_json(self, now: float) -> dict:
         return {"commits": self.commits, "requests": self.requests, "rows": self.rows,
+                "arrow_parsed_commits": self.arrow_parsed, "arrow_committed_commits": self.arrow_committed,
                 "quarantined_rows": self.quarantined, "rows_per_second": round(self.rows_per_second(now), 1),
                 "rejected_requests": self.rejected, "failed_requests": self.failed,
                 "replayed_requests": self.replayed, "buffered_requests": self.buffered_requests,
@@ -105,6 +110,7 @@ class _Queue:
         self.stats = IngestStats()
         self.thread: threading.Thread | None = None
         self.committed = 0.0  # when the last commit ended (time.monotonic)
+        self.last_group = 0  # how many requests the last commit answered
 
 
 class GroupCommitter:
@@ -225,7 +231,10 @@ class GroupCommitter:
         while not self._stopped:
             rows = sum(len(r.lines) for r in queue.pending)
             left = deadline - time.monotonic()
-            if rows >= settings.flush_rows or queue.stats.buffered_bytes >= settings.flush_bytes or left <= 0:
+            # As many requests as the last commit answered are back: clients that each wait for their answer
+            # (a closed loop, one connection per request) have all sent their next one, and none is coming.
+            back = queue.last_group and len(queue.pending) >= queue.last_group
+            if rows >= settings.flush_rows or queue.stats.buffered_bytes >= settings.flush_bytes or left <= 0 or back:
                 break
             queue.cond.wait(left)
         group, rows, size = [], 0, 0
@@ -246,14 +255,18 @@ class GroupCommitter:
             for index, request in enumerate(group):
                 lines += request.lines
                 parts += [index] * len(request.lines)
-            fitting = fitting_rows(lines, definition, self.spark.conf.get("spark.sql.session.timeZone")) \
+            typed = type_lines(lines, definition, self.spark.conf.get("spark.sql.session.timeZone")) \
                 if self.settings.direct_commit else None
-            batch = Batch(conform_lines(self.spark, lines, definition, parts) if fitting is None else None, "events",
-                          fitting)
+            if typed is None:  # Spark's conform reads the lines
+                batch = Batch(conform_lines(self.spark, lines, definition, parts), "events")
+            else:
+                kept = [part for line, part in zip(lines, parts, strict=True) if line.strip()]
+                batch = Batch(None, "events", typed.rows, parts=tuple(kept[i] for i in typed.kept),
+                              misfits=tuple((kept[i], raw, reason) for i, raw, reason in typed.misfits))
             sizes = [sum(1 for line in r.lines if line.strip()) for r in group]
-            version, landed = self.ingestor.commit(table, batch, len(group), [r.key for r in group],
-                                                   metadata={"op": "events", "requests": len(group)}, sizes=sizes,
-                                                   direct=self.settings.direct_commit)
+            version, landed = self.ingestor.commit(
+                table, batch, len(group), [r.key for r in group], sizes=sizes, direct=self.settings.direct_commit,
+                metadata={"op": "events", "requests": len(group), "parse": "spark" if typed is None else "arrow"})
         except Exception as exc:  # noqa: BLE001 — every request of the group fails with it; none landed
             queue.committed = time.monotonic()
             with queue.cond:
@@ -274,12 +287,15 @@ class GroupCommitter:
                     self._keys(queue, table)[request.key] = replace(result, replayed=True)
             accepted = sum(r.accepted for r in results)
             stats.commits += 1
+            stats.arrow_parsed += typed is not None
+            stats.arrow_committed += bool(landed) and landed[0].direct
             stats.requests += len(group)
             stats.rows += accepted
             stats.quarantined += sum(r.quarantined for r in results)
             stats.last_commit_version = version
             stats.last_commit_ms = (time.monotonic() - started) * 1000
             stats.recent.append((time.time(), accepted))
+        queue.last_group = len(group)
         mark = self.on_commit(queue.name, version) if version is not None else None
         for request, result in zip(group, results, strict=True):
             request.done.set_result(replace(result, mark=mark))

@@ -8,10 +8,12 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeframe.datafiles.model import Column, Datasource
+from pipeframe.datafiles.types import value_rules
 from pipeframe.engine import deltaappend
 from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.engine.warehouse import DeployedResource, Warehouse
@@ -32,6 +34,7 @@ DIRECT_BYTES = 16 * 1024 * 1024
 # Plan nodes that make a frame's rows more than Spark's estimate says (explode) or that run Python: never sized.
 _UNSIZED = re.compile(r"Generate|Python|Pandas|Arrow|MapPartitions|MapElements|AppendColumns")
 MISFITS_COLLECTED = 10_000  # misfit rows of one commit brought to the driver to count them; more are aggregated
+REASONS_SHOWN = 100  # a request's answer lists the reason of each quarantined row, up to this many
 # A JSON line as tokens: a whole string (an escaped character never ends it) or a run of anything else.
 JSON_TOKENS = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[^"]++'
 JSON_NUMBER = r"-?[0-9][0-9.eE+-]*+"  # outside strings, only numbers hold digits
@@ -49,8 +52,12 @@ class Batch:
 
     frame: DataFrame | None  # None when `fitting` holds the rows
     source: str  # a file name, "stdin" or "dataframe", kept with quarantined rows
-    fitting: pa.Table | None = None  # rows that all fit, already typed by pyarrow (`fitting_rows`): no Spark job
+    # Lines typed without Spark (`jsonlines.type_lines`): the rows that fit, each with its request (`parts`), and
+    # each misfit line's (request, raw text, reason). No Spark job conforms them.
+    fitting: pa.Table | None = None
     size_bytes: int | None = None  # the input's size in memory when known beforehand (a pandas DataFrame)
+    parts: tuple[int, ...] = ()  # the request of each row of `fitting`
+    misfits: tuple[tuple[int, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class IngestResult:
     accepted: int
     quarantined: int
     version: int | None  # the source commit holding the accepted rows
-    reasons: tuple[str, ...] = ()  # a few examples of why rows were quarantined
+    reasons: tuple[str, ...] = ()  # why each quarantined row was, in order (up to REASONS_SHOWN)
     views: tuple = ()  # the ViewRefresh of every view the new rows flowed into
     replayed: bool = False  # an idempotency key seen before: nothing was written this time
     mark: object = None  # what the committer's `on_commit` said of the commit (the materializer's round count)
@@ -203,77 +210,6 @@ def _parsed(lines: list[str], datasource: Datasource) -> pa.Table | None:
     return table.select([f.name for f in fields]).rename_columns([f"{VALUE}{i}" for i in range(len(fields))])
 
 
-# Integer columns `fitting_rows` narrows from pyarrow's int64 when every value is in range, as Spark's cast would.
-_NARROW = {"TINYINT": ("int8", 7), "SMALLINT": ("int16", 15), "INT": ("int32", 31)}
-# Dates and times `fitting_rows` reads itself: ISO forms that Spark's cast and pyarrow's read as the same instant.
-# Anything else (other spellings, zone offsets, whitespace, a 7th fractional digit...) is left to Spark's cast.
-_DATE_TEXT = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}$"
-_TIME_TEXT = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?{zone})?$"
-UTC_ZONES = ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
-
-
-def fitting_rows(lines: list[str], datasource: Datasource, time_zone: str) -> pa.Table | None:
-    """Non-blank NDJSON `lines` as the datasource's columns, typed in pyarrow as Spark's conform (`conform_lines`)
-    would type them, when every line certainly fits: a group commit then needs no Spark job at all. None whenever
-    that is not certain, and the lines take Spark's way: lines `_parsed` cannot read, an integer out of its
-    column's range, a date or time in any but the plain ISO forms (or a TIMESTAMP without a zone read in a session
-    time zone other than UTC), a NULL in a column with a DEFAULT or declared NOT NULL, a line with none of the
-    columns. Spark's types as Arrow (`toArrow`): TIMESTAMP in UTC, TIMESTAMP_NTZ without a zone. Equal to what
-    Spark's conform of the same lines lands, row for row (tests/spark/test_ingest_arrow.py)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    texts = [line for line in lines if line.strip()]
-    try:
-        parsed = _parsed(texts, datasource) if texts else None
-    except UnicodeEncodeError:  # a lone surrogate: Spark's way quarantines the line
-        return None
-    if parsed is None:
-        return None
-    columns, all_null = [], None
-    for values, column in zip(parsed.columns, datasource.columns, strict=True):
-        type_ = column.type.upper()
-        if values.null_count and (column.default is not None or not column.nullable):
-            return None
-        if type_ in _NARROW:
-            kind, bits = _NARROW[type_]
-            low, high = pc.min_max(values).as_py().values()
-            if low is not None and not (-(2 ** bits) <= low and high < 2 ** bits):
-                return None
-            values = values.cast(getattr(pa, kind)())
-        elif type_ == "DATE":
-            values = _read_as(values, _DATE_TEXT, pa.date32())
-        elif type_ == "TIMESTAMP":
-            if time_zone not in UTC_ZONES:
-                return None
-            values = _read_as(values, _TIME_TEXT.replace("{zone}", "Z?"), pa.timestamp("us"), strip="Z")
-            values = values.cast(pa.timestamp("us", "UTC")) if values is not None else None
-        elif type_ == "TIMESTAMP_NTZ":
-            values = _read_as(values, _TIME_TEXT.replace("{zone}", ""), pa.timestamp("us"))
-        if values is None:
-            return None
-        columns.append(values)
-        missing = pc.is_null(values)
-        all_null = missing if all_null is None else pc.and_(all_null, missing)
-    if any(column.default is None for column in datasource.columns) and pc.any(all_null).as_py():
-        return None  # a line with none of the columns: Spark's conform quarantines it
-    return pa.table(columns, names=[column.name for column in datasource.columns])
-
-
-def _read_as(values: pa.ChunkedArray, pattern: str, kind: pa.DataType, strip: str = "") -> pa.ChunkedArray | None:
-    """Date or time strings cast by pyarrow when every one matches `pattern` (without the `strip` suffix);
-    None when one does not, or pyarrow cannot read it (a month 13, a 30th of February...)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pc.all(pc.match_substring_regex(values, pattern)).as_py() is False:
-        return None
-    try:
-        return (pc.utf8_rtrim(values, strip) if strip else values).cast(kind)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-
-
 def _none_of_the_columns(datasource: Datasource, values: dict[Column, str], is_object: str = "TRUE") -> list[str]:
     """An object with none of the datasource's columns (`{}`, or other keys only) would land as a row of NULLs
     that every view counts: the reason it does not fit (unless every column has a DEFAULT)."""
@@ -346,8 +282,17 @@ def _typed(frame: DataFrame, datasource: Datasource, values: dict[Column, str], 
             # spelled as such (Infinity, -inf, ...) may land as one.
             converted = (f"CASE WHEN abs({converted}) = CAST('Infinity' AS DOUBLE) AND NOT CAST({value} AS STRING) "
                          f"rlike {quote_string(INFINITY)} THEN NULL ELSE {converted} END")
+        rules = value_rules(column.written_type)
+        if rules.bounds is not None:  # a ClickHouse width (UInt8 is stored as SMALLINT): out of it, as misfit
+            converted = f"CASE WHEN {converted} BETWEEN {rules.bounds[0]} AND {rules.bounds[1]} THEN {converted} END"
+        if rules.element_bounds is not None and type_.upper().startswith(("ARRAY<", "MAP<")):
+            items = converted if type_.upper().startswith("ARRAY<") else f"map_values({converted})"
+            converted = (f"CASE WHEN exists({items}, x -> x NOT BETWEEN {rules.element_bounds[0]} AND "
+                         f"{rules.element_bounds[1]}) THEN NULL ELSE {converted} END")
         if column.default is not None:
             converted = f"CASE WHEN {value} IS NULL THEN CAST(({column.default}) AS {type_}) ELSE {converted} END"
+        elif rules.takes_default:  # a missing field (or null) of a non-Nullable ClickHouse type: its default
+            converted = f"CASE WHEN {value} IS NULL THEN CAST({rules.missing_sql} AS {type_}) ELSE {converted} END"
         selects.append(f"{converted} AS `{column.name}`")
         shown = f"substr(CAST({value} AS STRING), 1, 80)"
         reasons.append(f"CASE WHEN {value} IS NOT NULL AND {converted} IS NULL THEN "
@@ -368,11 +313,12 @@ def _plain(column: Column) -> str:
 
 @dataclass(frozen=True)
 class Landed:
-    """What one request of a commit landed: its accepted and quarantined rows, a few reasons."""
+    """What one request of a commit landed: its accepted and quarantined rows, each quarantined row's reason."""
 
     accepted: int = 0
     quarantined: int = 0
     reasons: tuple[str, ...] = ()
+    direct: bool = False  # its rows were committed by pyarrow and a commit file (`deltaappend`), not Spark's writer
 
 
 class Ingestor:
@@ -428,6 +374,13 @@ class Ingestor:
         if batch.fitting is not None:
             good = batch.fitting.select(columns)
             quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
+            for part, _raw, reason in batch.misfits:
+                quarantined[part] += 1
+                if len(reasons[part]) < REASONS_SHOWN:
+                    reasons[part].append(reason)
+            if batch.misfits:
+                self._quarantine_arrow([m[1] for m in batch.misfits], [m[2] for m in batch.misfits], table,
+                                       batch.source)
         else:
             # Only a misfit row's raw text is kept (quarantine): the rest need not travel to the driver.
             try:
@@ -448,17 +401,19 @@ class Ingestor:
                 bad = rows.filter(misfit)
                 for part, reason in zip(bad.column(PART).to_pylist(), bad.column(REASON).to_pylist(), strict=True):
                     quarantined[part] += 1
-                    if len(reasons[part]) < 3:
+                    if len(reasons[part]) < REASONS_SHOWN:
                         reasons[part].append(reason)
                 self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
         version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
-                                     tables.checkpoint_later(self.spark, table.path or ""))
+                                     tables.checkpoint_later(self.spark, table.path or ""),
+                                     self.spark.conf.get("spark.sql.session.timeZone"))
+        direct = version is not None
         if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
             commit = self._save(table, self.spark.createDataFrame(good, schema=table.state.schema), "append", None, info)
             version = commit.version if commit else None
-        return version, [Landed(a, q, tuple(r)) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
+        return version, [Landed(a, q, tuple(r), direct) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
 
     def _commit_frame(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None], mode: str,
                       where: str | None, metadata: dict | None,
@@ -466,9 +421,8 @@ class Ingestor:
         from pyspark import StorageLevel
 
         frame = batch.frame
-        if frame is None:  # rows that all fit (`fitting_rows`), to a table Spark's writer writes
-            frame = self.spark.createDataFrame(batch.fitting, schema=table.state.schema).selectExpr(
-                "*", f"CAST(NULL AS STRING) AS `{RAW}`", f"CAST(NULL AS STRING) AS `{REASON}`", f"0 AS `{PART}`")
+        if frame is None:  # lines typed without Spark (`jsonlines`), to a table Spark's writer writes
+            frame = self.spark.createDataFrame(_typed_rows(batch), schema=_with_raw(table))
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             bad = frame.where(f"`{REASON}` IS NOT NULL")
@@ -493,7 +447,28 @@ class Ingestor:
                               "current_timestamp() AS ingested_at")
         path = self.warehouse.quarantine_path(table.state.name)
         # Another writer may create the quarantine table first: its commit wins, this one is retried.
-        retrying(lambda: rows.write.format("delta").mode("append").save(path))
+        with table_lock(path):
+            retrying(lambda: rows.write.format("delta").mode("append").save(path))
+
+    def _quarantine_arrow(self, raws: list[str], reasons: list[str], table: DeployedResource, source: str) -> None:
+        """Misfit lines typed without Spark, appended to the quarantine table by `deltaappend` where it can (the
+        table exists, in a local folder), else by Spark's writer."""
+        import pyarrow as pa
+
+        path = self.warehouse.quarantine_path(table.state.name)
+        now = datetime.now(UTC)
+        rows = pa.table({"raw": pa.array(raws, pa.string()), "reason": pa.array(reasons, pa.string()),
+                         "source": pa.array([source] * len(raws), pa.string()),
+                         "ingested_at": pa.array([now] * len(raws), pa.timestamp("us", "UTC"))})
+        folder = local_folder(path)
+        if folder is not None:
+            from pipeframe.engine import tables
+
+            with table_lock(path):  # on a checkpoint version too: Delta writes the checkpoint after it
+                if deltaappend.append(folder, rows, None, tables.checkpoint_later(self.spark, path)) is not None:
+                    return
+        self._quarantine(self.spark.createDataFrame(rows.rename_columns([RAW, REASON, "source", "ingested_at"])),
+                         table, source)
 
     def _save(self, table: DeployedResource, good: DataFrame, mode: str, where: str | None, info: dict):
         """Spark's write of the accepted rows, with `info` as the commit's pipeframe userMetadata: the commit."""
@@ -515,19 +490,19 @@ class Ingestor:
 
     @staticmethod
     def _misfits(bad: DataFrame, parts: int) -> tuple[list[int], list[tuple[str, ...]]]:
-        """How many rows of each part do not fit, and up to three reasons each."""
+        """How many rows of each part do not fit, and their reasons (up to REASONS_SHOWN each)."""
         quarantined, reasons = [0] * parts, [[] for _ in range(parts)]
         rows = bad.select(PART, REASON).limit(MISFITS_COLLECTED).collect()
         if len(rows) == MISFITS_COLLECTED:  # many: count them where they are
             from pyspark.sql.functions import expr
 
             for part, count, first in bad.groupBy(PART).agg(
-                    expr("count(*)"), expr(f"slice(collect_list(`{REASON}`), 1, 3)")).collect():
+                    expr("count(*)"), expr(f"slice(collect_list(`{REASON}`), 1, {REASONS_SHOWN})")).collect():
                 quarantined[part], reasons[part] = int(count), list(first)
             return quarantined, [tuple(r) for r in reasons]
         for part, reason in rows:
             quarantined[part] += 1
-            if len(reasons[part]) < 3:
+            if len(reasons[part]) < REASONS_SHOWN:
                 reasons[part].append(reason)
         return quarantined, [tuple(r) for r in reasons]
 
@@ -546,6 +521,26 @@ class Ingestor:
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
+
+
+def _typed_rows(batch: Batch) -> pa.Table:
+    """A batch typed without Spark as the frame Spark's conform makes of it: the rows that fit, then the misfit lines
+    (their columns NULL), each with its raw text, reason and request."""
+    import pyarrow as pa
+
+    rows, misfits = batch.fitting, batch.misfits
+    good = rows.append_column(RAW, pa.nulls(rows.num_rows, pa.string())).append_column(
+        REASON, pa.nulls(rows.num_rows, pa.string())).append_column(PART, pa.array(batch.parts, pa.int32()))
+    bad = pa.table({**{field.name: pa.nulls(len(misfits), field.type) for field in rows.schema},
+                    RAW: pa.array([m[1] for m in misfits], pa.string()),
+                    REASON: pa.array([m[2] for m in misfits], pa.string()),
+                    PART: pa.array([m[0] for m in misfits], pa.int32())})
+    return pa.concat_tables([good, bad])
+
+
+def _with_raw(table: DeployedResource) -> str:
+    """The schema of `_typed_rows`: the datasource's columns, the raw text, the reason and the request."""
+    return f"{table.state.schema}, `{RAW}` STRING, `{REASON}` STRING, `{PART}` INT"
 
 
 def _fits_driver(batch: Batch) -> bool:

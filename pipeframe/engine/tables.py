@@ -364,7 +364,7 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
         else:
             with table_lock(path):
                 version = deltaappend.append(folder, rows, json.dumps({"pipeframe": info}),
-                                             checkpoint_later(spark, path))
+                                             checkpoint_later(spark, path), spark.conf.get("spark.sql.session.timeZone"))
             if version is not None:
                 return True
             typed = spark.createDataFrame(rows, schema=typed.schema)  # Spark's writer, without computing them again

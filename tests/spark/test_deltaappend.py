@@ -87,7 +87,12 @@ def test_statistics_skip_files_without_changing_answers(spark, table_path):
         assert spark.sql(count.format(ours)).first()[0] == spark.sql(count.format(theirs)).first()[0], condition
     stats = [json.loads(a["add"]["stats"]) for a in deltalog.commit_actions(ours, 2) if "add" in a]
     assert stats[0]["numRecords"] == 100 and stats[0]["minValues"]["id"] == 100 and stats[0]["maxValues"]["id"] == 199
-    assert "name" not in stats[0]["minValues"], "strings longer than Delta's 32-character prefix have no bounds"
+    names = [r[3] for r in rows(100, 100) if r[3] is not None]
+    assert max(len(n) for n in names) > 32
+    assert stats[0]["minValues"]["name"] == min(names)[:32]
+    assert stats[0]["maxValues"]["name"] == (max(names) if len(max(names)) <= 32 else max(names)[:32] + "\U0010FFFF"), \
+        "a string longer than Delta's 32-character prefix: the maximum's prefix and U+10FFFF"
+    assert stats[0]["minValues"]["price"] == min(r[5] for r in rows(100, 100) if r[5] is not None)
     assert "point" not in stats[0]["nullCount"], "a struct's null counts are nested in Delta's statistics: none"
     assert stats[0]["nullCount"]["n"] == sum(1 for r in rows(100, 100) if r[1] is None)
 
@@ -211,14 +216,14 @@ def test_metadata_change_won_is_checked_again(spark, table_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind, setup", [
-    ("partitioned", "PARTITIONED BY (day)"),
+    ("partitioned by a float", "PARTITIONED BY (amount)"),
+    ("partitioned by an expression it does not compute", "PARTITION EXPRESSION"),
     ("column mapping", "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"),
     ("check constraint", "CONSTRAINT"),
     ("generated column", "GENERATED"),
     ("not null", "NOT NULL"),
     ("row tracking", "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"),
     ("in-commit timestamps", "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')"),
-    ("liquid clustering", "CLUSTER BY (id)"),
     ("other columns", "OTHER"),
 ])
 def test_what_it_must_not_write_is_left_to_spark(spark, table_path, kind, setup):
@@ -228,8 +233,11 @@ def test_what_it_must_not_write_is_left_to_spark(spark, table_path, kind, setup)
         spark.sql(f"CREATE TABLE {path} ({schema if setup != 'OTHER' else SCHEMA + ', more INT'}) USING DELTA")
         if setup == "CONSTRAINT":
             spark.sql(f"ALTER TABLE {path} ADD CONSTRAINT positive CHECK (id >= 0)")
-    elif setup == "GENERATED":
+    elif setup == "GENERATED":  # a generated column that is not a partition column: Spark's writer checks it
         spark.sql(f"CREATE TABLE {path} ({SCHEMA}, d2 DATE GENERATED ALWAYS AS (to_date(ts))) USING DELTA")
+    elif setup == "PARTITION EXPRESSION":
+        spark.sql(f"CREATE TABLE {path} ({SCHEMA}, p STRING GENERATED ALWAYS AS (substring(name, 1, 1))) USING DELTA "
+                  "PARTITIONED BY (p)")
     else:
         spark.sql(f"CREATE TABLE {path} ({SCHEMA}) USING DELTA {setup}")
     before = deltalog.latest_version(table_path)
@@ -307,21 +315,22 @@ def test_a_group_commit_the_table_refuses_meanwhile_lands_through_sparks_writer(
 
 
 def test_a_group_commit_of_rows_that_all_fit_runs_no_spark_job(spark, spark_config):
-    """Rows typed by pyarrow (`fitting_rows`) are committed without Spark: no job runs between the request and its
-    commit, and the rows read back as sent."""
-    from pipeframe.engine.ingest import Batch, Ingestor, fitting_rows
+    """Lines typed without Spark (`jsonlines.type_lines`) are committed without Spark: no job runs between the request
+    and its commit, and the rows read back as sent."""
+    from pipeframe.engine.ingest import Batch, Ingestor
+    from pipeframe.engine.jsonlines import type_lines
     from tests.spark.conftest import deployed
     from tests.spark.test_events import FILES
 
     project = deployed(spark, spark_config, "direct_typed", FILES)
     table, definition = project.landing_target("events")
     lines = [json.dumps({"ts": f"2024-05-01T10:00:0{i}Z", "user": f"t{i}", "amount": i}) for i in range(5)]
-    fitting = fitting_rows(lines, definition, "UTC")
-    assert fitting is not None
+    typed = type_lines(lines, definition, "UTC")
+    assert typed is not None and not typed.misfits
     tracker = spark.sparkContext.statusTracker()
     jobs = set(tracker.getJobIdsForGroup())
-    version, [landed] = Ingestor(spark, project.warehouse).commit(table, Batch(None, "events", fitting), 1, ["t"],
-                                                                   sizes=[5])
+    version, [landed] = Ingestor(spark, project.warehouse).commit(
+        table, Batch(None, "events", typed.rows, parts=(0,) * 5), 1, ["t"], sizes=[5])
     assert set(tracker.getJobIdsForGroup()) == jobs
     assert (landed.accepted, landed.quarantined) == (5, 0)
     [info] = [a["commitInfo"] for a in deltalog.commit_actions(table.path, version) if "commitInfo" in a]
@@ -392,3 +401,210 @@ def test_a_dataframe_append_goes_through_the_driver_while_its_size_is_known_smal
                 project.query(f"SELECT * FROM by_user WHERE user_id LIKE '{case}-%'").collect()}
         assert view == {f"{case}-{u}": (sum(1 for i in range(40) if i % 4 == u and i % 9),
                                         float(sum(i for i in range(40) if i % 4 == u and i % 9))) for u in range(4)}
+
+
+# ------------------------------------------------------------------------------------ partitions and clustering
+PARTITIONED = "ts TIMESTAMP, host STRING, n INT, day DATE, ok BOOLEAN"
+# Every partition key expression `compiler.compile.spark_keys` writes for a ClickHouse one, and Spark's own.
+EXPRESSIONS = ["CAST(ts AS DATE)", "to_date(ts)", "(YEAR(ts) * 100 + MONTH(ts))",
+               "(YEAR(ts) * 10000 + MONTH(ts) * 100 + DAYOFMONTH(ts))", "DATE_TRUNC('DAY', ts)",
+               "DATE_TRUNC('HOUR', ts)", "CAST(DATE_TRUNC('MONTH', ts) AS DATE)", "CAST(DATE_TRUNC('WEEK', ts) AS DATE)",
+               "YEAR(ts)", "CAST(DATE_TRUNC('QUARTER', day) AS DATE)", "DATE_TRUNC('YEAR', ts)"]
+
+
+def partitioned_rows(first: int, count: int):
+    """Times at the edges that partition values are made of (before 1970, the last microsecond of a day, leap days,
+    week, month and year boundaries, years 1 and 9999), NULLs, empty and odd strings."""
+    import pyarrow as pa
+
+    edges = [datetime(1969, 12, 31, 23, 59, 59, 999_999), datetime(1970, 1, 1), datetime(2024, 2, 29, 12),
+             datetime(2024, 12, 30, 0, 0, 0, 1), datetime(2023, 1, 1, 23), datetime(2024, 3, 31, 23, 59, 59),
+             datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999_999), datetime(1900, 2, 28, 5)]
+    def at(i: int) -> datetime | None:
+        edge = edges[i % len(edges)]
+        later = edge if edge.year == 9999 else edge + timedelta(hours=i // len(edges) * 7)
+        return None if i % 11 == 5 else later.replace(tzinfo=UTC)
+
+    times = [at(i) for i in range(first, first + count)]
+    hosts = ["a", "", None, "x y/z%=", "b"]
+    return pa.table({"ts": pa.array(times, pa.timestamp("us", "UTC")),
+                     "host": pa.array([hosts[i % 5] for i in range(first, first + count)]),
+                     "n": pa.array([None if i % 7 == 0 else i % 3 - 1 for i in range(first, first + count)], pa.int32()),
+                     "day": pa.array([None if t is None else t.date() for t in times], pa.date32()),
+                     "ok": pa.array([None if i % 6 == 0 else i % 2 == 0 for i in range(first, first + count)])})
+
+
+def test_partitions_and_generated_partition_columns_land_as_sparks(spark, table_path):
+    """Appended by pyarrow to tables partitioned by a column of each type, or by generated columns of every partition
+    key expression (computed here): one file per partition with its partitionValues (no partition column in it), and
+    Spark reads back the rows it appends itself (so each partition value is serialized as it reads it), every
+    generated value equal to Spark's own evaluation of its expression (`<=>`), with the same answers where Spark
+    prunes partitions by the expressions."""
+    import pyarrow.parquet as pq
+
+    theirs = f"{table_path}_theirs"
+    spark.sql(f"CREATE TABLE {quote_path(theirs)} ({PARTITIONED}) USING DELTA")
+    batches = ((0, 45), (45, 60))
+    for first, count in batches:
+        spark.createDataFrame(partitioned_rows(first, count)).write.format("delta").mode("append").save(theirs)
+    data = ("ts", "host", "n", "day", "ok")
+    # Plain partition columns of a string (empty, NULL, characters to escape) and a boolean; integers, dates and
+    # timestamps as generated ones (few partitions per table: each is a file to read back).
+    layouts = [([], "host, ok"), (EXPRESSIONS[:6], None), (EXPRESSIONS[6:], None)]
+    for index, (expressions, plain) in enumerate(layouts):
+        ours = f"{table_path}_{index}"
+        generated = [f"p{i}" for i in range(len(expressions))]
+        columns = PARTITIONED + "".join(
+            f", {name} {spark.createDataFrame([], PARTITIONED).selectExpr(f'{key} AS p').schema[0].dataType.simpleString()}"
+            f" GENERATED ALWAYS AS ({key})" for name, key in zip(generated, expressions, strict=True))
+        partitions = plain or ", ".join(generated)
+        spark.sql(f"CREATE TABLE {quote_path(ours)} ({columns}) USING DELTA PARTITIONED BY ({partitions})")
+        for first, count in batches:
+            assert deltaappend.append(ours, partitioned_rows(first, count)) is not None, partitions
+        # Spark's writer stores an empty string partition value as NULL (Delta has no other spelling for it).
+        reference = f"(SELECT ts, {'nullif(host, {})'.format(repr(''))  if plain else 'host'} AS host, n, day, ok " \
+                    f"FROM delta.`{theirs}`)"
+        # As Spark's text: exact, and a time in year 1 (before Python's local time) compares too.
+        texts = ", ".join(f"CAST({c} AS STRING)" for c in data)
+        read = [sorted(map(tuple, spark.sql(f"SELECT {texts} FROM {source}").collect()), key=repr)
+                for source in (f"delta.`{ours}`", reference)]
+        assert read[0] == read[1], partitions
+        adds = [a["add"] for v in (1, 2) for a in deltalog.commit_actions(ours, v) if "add" in a]
+        assert len(adds) > 10 and all(list(a["partitionValues"]) == partitions.split(", ") for a in adds)
+        assert pq.read_schema(os.path.join(ours, adds[0]["path"])).names == \
+            [c for c in data if c not in partitions.split(", ")], "partition columns are not in the files"
+        if generated:  # one query: how many rows hold another value than Spark's, per generated column
+            wrong = ", ".join(f"count_if(NOT ({name} <=> ({key})))" for name, key in zip(generated, expressions,
+                                                                                          strict=True))
+            assert list(spark.sql(f"SELECT {wrong} FROM delta.`{ours}`").first()) == [0] * len(generated), expressions
+        conditions = ["ts >= TIMESTAMP'2024-01-01 00:00:00+00:00' AND ts < TIMESTAMP'2024-03-01 00:00:00+00:00'",
+                      "ts < TIMESTAMP'1970-01-01 00:00:00+00:00'", "day = DATE'2024-02-29'", "host IS NULL", "n = -1",
+                      "ok"]
+        counts = "SELECT " + ", ".join(f"(SELECT count(*) FROM {{0}} WHERE {c})" for c in conditions)
+        assert list(spark.sql(counts.format(f"delta.`{ours}`")).first()) == \
+            list(spark.sql(counts.format(reference)).first()), conditions
+
+
+def test_a_clustered_table_takes_appends_and_optimize_clusters_them(spark, table_path):
+    """A table with liquid clustering (an ENGINE_SORTING_KEY) takes pyarrow appends with the clustering columns'
+    statistics the protocol requires, Spark reads them back, and OPTIMIZE clusters the files (its clusteringProvider on
+    the files it writes), rows unchanged; a NaN in a column Delta may cluster by leaves that batch to Spark."""
+    import pyarrow as pa
+
+    spark.sql(f"CREATE TABLE {quote_path(table_path)} ({SCHEMA}) USING DELTA CLUSTER BY (name, ts, price, amount)")
+    for first in (0, 100, 200):
+        assert direct(spark, table_path, first, 100) is not None
+    expected = sorted(frame(spark, 0, 300).collect(), key=lambda r: r["id"])
+    assert sorted_rows(spark, f"SELECT * FROM delta.`{table_path}`") == expected
+    for version in (1, 2, 3):
+        [add] = [a["add"] for a in deltalog.commit_actions(table_path, version) if "add" in a]
+        stats = json.loads(add["stats"])
+        assert {"name", "ts", "price", "amount"} <= set(stats["minValues"]) & set(stats["maxValues"])
+        assert "clusteringProvider" not in add, "an append leaves clustering to OPTIMIZE"
+    spark.sql(f"OPTIMIZE {quote_path(table_path)}")
+    clustered = [a["add"] for a in deltalog.commit_actions(table_path, 4) if "add" in a]
+    assert clustered and all(a.get("clusteringProvider") == "liquid" for a in clustered)
+    assert sorted_rows(spark, f"SELECT * FROM delta.`{table_path}`") == expected
+    nan = frame(spark, 300, 3).toArrow()
+    nan = nan.set_column(nan.column_names.index("amount"), "amount", pa.array([float("nan"), 1.0, None]))
+    assert deltaappend.append(table_path, nan) is None
+    assert deltalog.latest_version(table_path) == 4
+
+
+REAL_SHAPED = """\
+SCHEMA >
+    `ts` DateTime64(3, 'UTC') `json:$.ts`,
+    `host` LowCardinality(String) `json:$.host`,
+    `path` String `json:$.req.path`,
+    `status` UInt16 `json:$.status`,
+    `tags` Array(String) `json:$.tags[:]`,
+    `attrs` Map(String, String) `json:$.attrs`,
+    `user_id` Nullable(String) `json:$['user info'].id`,
+    `price` Decimal(10, 2) `json:$.price`,
+    `retries` UInt8 `json:$.retries` DEFAULT 1
+ENGINE_SORTING_KEY host, ts
+ENGINE_TTL ts + INTERVAL 3650 DAYS
+"""
+BY_HOST = """\
+NODE {name}
+SQL >
+    SELECT host, count(*) AS hits, sum(price) AS revenue, sum(retries) AS retries FROM {source} GROUP BY host
+TYPE materialized
+DATASOURCE {name}
+"""
+
+
+def test_datasources_as_real_projects_declare_them_take_pyarrow_commits(spark, spark_config):
+    """A clustered datasource (ENGINE_SORTING_KEY) and a partitioned and sorted one (ENGINE_PARTITION_KEY
+    toYYYYMM(ts): a generated partition column) with nested paths, an array, a map, Nullable, LowCardinality,
+    DateTime64, Decimal, UInt and DEFAULT columns: their group commits are typed and committed without Spark, the
+    misfit quarantined, Spark reads every row back, the views follow, and `optimize` clusters and compacts them with
+    the rows unchanged."""
+    from tests.spark.conftest import deployed
+
+    files = {"datasources/clustered.datasource": REAL_SHAPED,
+             "datasources/partitioned.datasource": REAL_SHAPED.replace("ENGINE_SORTING_KEY",
+                                                                       "ENGINE_PARTITION_KEY toYYYYMM(ts)\nENGINE_SORTING_KEY"),
+             "pipes/clustered_by_host.pipe": BY_HOST.format(name="clustered_by_host", source="clustered"),
+             "pipes/partitioned_by_host.pipe": BY_HOST.format(name="partitioned_by_host", source="partitioned")}
+    project = deployed(spark, spark_config, "real_shaped", files)
+    lines = [json.dumps({"ts": f"2024-0{1 + i % 3}-28 23:59:59.{i:03d}", "host": f"h{i % 2}",
+                         "req": {"path": f"/p/{i}"}, "status": 200 + i, "tags": ["a", str(i)],
+                         "attrs": {"k": f"v{i}"}, "user info": {"id": f"u{i}"} if i % 4 else {},
+                         "price": i + 0.25, **({"retries": 2} if i % 2 else {})}) for i in range(12)]
+    lines.append(json.dumps({"ts": "2024-01-01 00:00:00", "host": "h0", "status": -5}))
+    versions = {}
+    for name in ("clustered", "partitioned"):
+        result = project.append(name, lines)
+        versions[name] = result.version
+        assert (result.accepted, result.quarantined) == (12, 1), name
+        assert result.reasons == ('column `status`: cannot read "-5" as UInt16',)
+        path = project.snapshot.table(name).path
+        [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+        assert info["engineInfo"] == deltaappend.ENGINE, name
+        assert json.loads(info["userMetadata"])["pipeframe"]["parse"] == "arrow", name
+        expected = sorted((f"h{i % 2}", f"/p/{i}", 200 + i, f"u{i}" if i % 4 else None, Decimal(f"{i}.25"),
+                           2 if i % 2 else 1) for i in range(12))
+
+        def landed(table: str = path) -> list:
+            return sorted(tuple(r) for r in spark.read.format("delta").load(table).selectExpr(
+                "host", "path", "status", "user_id", "price", "retries").collect())
+
+        assert landed() == expected, name
+        view = {r["host"]: (r["hits"], r["revenue"], r["retries"])
+                for r in project.query(f"SELECT * FROM {name}_by_host").collect()}
+        assert view == {f"h{h}": (6, sum(Decimal(f"{i}.25") for i in range(h, 12, 2)), 6 * (2 if h else 1))
+                        for h in (0, 1)}, name
+        project.optimize(name)
+        assert landed() == expected, name
+    clustered = project.snapshot.table("clustered").path
+    commits = [deltalog.commit_actions(clustered, v) for v in range(deltalog.latest_version(clustered) + 1)]
+    [optimize] = [c for c in commits if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in c)]
+    optimized = [a["add"] for a in optimize if "add" in a]
+    assert optimized and all(a.get("clusteringProvider") == "liquid" for a in optimized)
+    partitioned = project.snapshot.table("partitioned").path
+    adds = [a["add"] for a in deltalog.commit_actions(partitioned, versions["partitioned"]) if "add" in a]
+    assert {a["partitionValues"]["__pf_partition"] for a in adds} == {"202401", "202402", "202403"}
+
+
+def test_lines_typed_without_spark_to_a_table_spark_writes(spark, spark_config, monkeypatch):
+    """A group typed without Spark, to a table `deltaappend` does not write (column mapping, constraints, object
+    storage...): Spark's writer takes its rows, the misfit is quarantined with its reason, counts and keys kept."""
+    from tests.spark.conftest import deployed
+    from tests.spark.test_events import FILES
+
+    project = deployed(spark, spark_config, "typed_spark_writes", FILES)
+    monkeypatch.setattr(deltaappend, "writable", lambda _folder: False)
+    lines = [{"ts": "2024-05-01 10:00:00", "user": "sw", "amount": 3}] * 4 + [{"ts": "never", "user": "sw"}]
+    result = project.append("events", lines, idempotency_key="sw1")
+    assert (result.accepted, result.quarantined) == (4, 1)
+    assert result.reasons == ('column `ts`: cannot read "never" as TIMESTAMP',)
+    path = project.snapshot.table("events").path
+    [info] = [a["commitInfo"] for a in deltalog.commit_actions(path, result.version) if "commitInfo" in a]
+    assert info["engineInfo"] != deltaappend.ENGINE
+    meta = json.loads(info["userMetadata"])["pipeframe"]
+    assert (meta["parse"], meta["keys"]) == ("arrow", {"sw1": [4, 1]})
+    assert project.query("SELECT orders, revenue FROM by_user WHERE user_id = 'sw'").first().asDict() == \
+        {"orders": 4, "revenue": 12.0}
+    quarantine = spark.read.format("delta").load(project.warehouse.quarantine_path("events"))
+    assert [r["reason"] for r in quarantine.where("raw LIKE '%never%'").collect()] == [result.reasons[0]]

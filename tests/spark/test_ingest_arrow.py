@@ -1,6 +1,6 @@
-"""NDJSON lines parsed by pyarrow (`ingest._parsed`, the fast path of HTTP events and Python rows) land exactly as
-Spark's column-by-column read of the same lines (`_conform_json`) lands them: the same values, raw text and
-reasons, row for row. Hypothesis draws batches of lines of every JSON type for a schema the fast path takes; a
+"""NDJSON lines parsed by pyarrow (`ingest._parsed`, how lines reach Spark's conform when they are plain objects) land
+exactly as Spark's column-by-column read of the same lines (`_conform_json`) lands them: the same values, raw text and
+reasons, row for row (lines typed without Spark at all: tests/spark/test_ingest_oneway.py). Hypothesis draws batches of lines of every JSON type for a schema the fast path takes; a
 batch it cannot read exactly (a top-level non-object, NaN, a key twice, a number where a string is declared...)
 goes the other way, and the answers must still be equal."""
 
@@ -96,76 +96,3 @@ def test_what_the_fast_path_leaves_to_spark():
     for columns in (["`f` Float32"], ["`x` Decimal(10, 2)"], ["`a` Array(String)"], ["`s` String `json:$.a.s`"],
                     ["`s` String `json:$.x`", "`t` String `json:$.x`"]):
         assert ingest._parsed(['{"f": 1, "x": 1, "a": [], "s": "y"}'], datasource(columns)) is None, columns
-
-
-# ------------------------------------------------------------------------------------ rows typed by pyarrow
-TYPED = datasource(["`s` String `json:$.str`", "`i` Int64", "`n` Int32", "`small` Int16", "`tiny` Int8", "`d` Float64",
-                    "`b` Bool", "`t` DateTime", "`day` Date", "`ntz` timestamp_ntz"])
-
-
-@st.composite
-def time_text(draw) -> str:
-    """Dates and times in the plain ISO forms, and (one part in twelve) just outside them: a month 13, a 30th of
-    February, a 7th fractional digit, a zone offset, a lowercase `t`, spaces..."""
-    def part(plain: list[str], odd: list[str]) -> str:
-        return draw(st.sampled_from(odd if draw(st.integers(0, 11)) == 0 else plain))
-
-    text = "-".join((part(["2024", "1970", "9999", "1000"], ["0999", "0000", "24"]), part(["01", "02", "12"],
-                     ["13", "00", "1"]), part(["01", "28", "29", "31"], ["30", "32", "7"])))
-    if draw(st.booleans()):
-        text += part(["T", " "], ["t"]) + ":".join((part(["00", "09", "23"], ["24", "7"]), part(["00", "59"], ["60"]),
-                                                     part(["00", "59"], ["60"])))
-        text += part(["", ".5", ".123456"], [".1234567", "."]) + part(["", "Z"], ["z", "+02:00", "-05:30", " UTC"])
-    return part([""], [" ", "\t"]) + text + part([""], [" "])
-
-
-TYPED_VALUES = {
-    "str": TEXT | st.none(), "i": st.integers(-(2 ** 63), 2 ** 63 - 1) | st.none(),
-    "n": st.integers(-(2 ** 31) - 1, 2 ** 31) | st.none(),  # one past either end of the range, now and then
-    "small": st.integers(-(2 ** 15) - 1, 2 ** 15) | st.none(), "tiny": st.integers(-129, 128) | st.none(),
-    "d": st.floats(allow_nan=False, allow_infinity=False) | st.none(), "b": st.booleans() | st.none(),
-    "t": time_text() | st.none(), "day": time_text() | st.none(), "ntz": time_text() | st.none(),
-}
-
-
-@st.composite
-def typed_line(draw) -> str:
-    keys = draw(st.lists(st.sampled_from(list(TYPED_VALUES)), min_size=1, max_size=len(TYPED_VALUES), unique=True))
-    return json.dumps({key: draw(TYPED_VALUES[key]) for key in keys})
-
-
-def test_rows_typed_by_pyarrow_equal_sparks_conform_of_them(spark):
-    """`fitting_rows` (a group commit's way without a Spark job) answers rows only when Spark's conform of the same
-    lines finds no misfit, and then the same values of the same Arrow types."""
-    taken = {"typed": 0, "spark": 0}
-
-    @settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-    @given(lines=st.lists(typed_line(), min_size=1, max_size=5))
-    def check(lines: list[str]) -> None:
-        typed = ingest.fitting_rows(lines, TYPED, "UTC")
-        if typed is None:
-            taken["spark"] += 1
-            return
-        taken["typed"] += 1
-        conformed = conform_lines(spark, lines, TYPED)
-        assert conformed.where(f"`{ingest.REASON}` IS NOT NULL").count() == 0, lines
-        columns = [c.name for c in TYPED.columns]
-        sparks = conformed.select(*columns)
-        assert [f.type for f in typed.schema] == [f.type for f in sparks.toArrow().schema]
-        assert rows(spark.createDataFrame(typed, schema=sparks.schema)) == rows(sparks), lines
-
-    check()
-    # Both ways are taken: plain ISO times and in-range integers are typed by pyarrow, the rest by Spark.
-    assert taken["typed"] >= 15 and taken["spark"] >= 15, taken
-
-
-def test_what_pyarrow_does_not_type():
-    plain = {"str": "a", "i": 1, "n": 2, "small": 3, "tiny": 4, "d": 0.5, "b": True, "t": "2024-05-16T18:00:00.5Z",
-             "day": "2024-05-16", "ntz": "2024-05-16 18:00:00"}
-    assert ingest.fitting_rows([json.dumps(plain), "", json.dumps({"str": "b"})], TYPED, "UTC").num_rows == 2
-    for change in ({"tiny": 128}, {"n": 2 ** 31}, {"t": "2024-05-16T18:00:00+02:00"}, {"t": "2024-05-16 18:00"},
-                   {"day": "2024-5-16"}, {"day": "2024-02-30"}, {"ntz": "2024-05-16T18:00:00Z"}, {"str": 1}):
-        assert ingest.fitting_rows([json.dumps(plain), json.dumps({**plain, **change})], TYPED, "UTC") is None, change
-    assert ingest.fitting_rows([json.dumps(plain), "{}"], TYPED, "UTC") is None  # none of the columns: quarantined
-    assert ingest.fitting_rows([json.dumps(plain)], TYPED, "Europe/Madrid") is None  # TIMESTAMP read in another zone
-    assert ingest.fitting_rows([json.dumps({"s": "a"})], DS, "UTC") is None  # `small` has a DEFAULT: Spark fills it

@@ -763,3 +763,28 @@ def test_arbitrary_text_never_crashes(text: str) -> None:
         assert normalize_type(canonical) == canonical
     assert isinstance(is_safe_cast(text, "STRING"), bool)
     assert isinstance(is_safe_cast("STRING", text), bool)
+
+
+# --------------------------------------------------------------------------------------------------
+# What ClickHouse makes of a value at ingest
+
+
+@pytest.mark.parametrize("written, bounds, element, missing", [
+    ("UInt32", (0, 2 ** 32 - 1), None, "0"),
+    ("Int8", (-128, 127), None, "0"),
+    ("LowCardinality(String)", None, None, "''"),
+    ("Nullable(UInt8)", None, None, None),  # Nullable keeps NULL; ranges are for values that are there
+    ("LowCardinality(Nullable(String))", None, None, None),
+    ("Array(UInt8)", None, (0, 255), "array()"),
+    ("Map(String, UInt16)", None, (0, 65535), "map()"),
+    ("DateTime64(3, 'UTC')", None, None, "TIMESTAMP'1970-01-01 00:00:00+00:00'"),
+    ("Decimal(10, 2)", None, None, "0"),
+    ("BIGINT", None, None, None),  # Spark spellings keep Spark's meaning
+    ("STRING", None, None, None),
+])
+def test_value_rules_follow_clickhouse(written, bounds, element, missing):
+    from pipeframe.datafiles.types import value_rules
+
+    rules = value_rules(written)
+    assert (rules.bounds, rules.element_bounds, rules.missing_sql) == (bounds, element, missing)
+    assert rules.takes_default is (missing is not None)

@@ -1,0 +1,777 @@
+"""NDJSON lines typed in Python and pyarrow as Spark's conform (`ingest._conform_json`) types them: every row that
+fits, as Arrow columns of the table's types, and every line that does not, with the reason Spark gives it.
+
+A group commit typed here needs no Spark job at all. Lines are parsed by orjson (the standard library's `json` for
+the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
+`$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
+`get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
+The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
+(`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
+the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
+JSON reader is lenient there), a number sent for an array's string, a date or time in other than the ISO forms, a
+Float32 on a rounding tie, a path through an array (`[:].field`), a DEFAULT other than a constant or `now()`, an
+object sent for a scalar, a session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it, row for
+row."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import orjson
+
+from pipeframe.datafiles.types import ValueRules, value_rules
+from pipeframe.engine.generated import UTC_ZONES  # session time zones that read a time without a zone as UTC
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeframe.datafiles.model import Column, Datasource
+
+MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines
+SHOWN = 80  # characters of a value a reason shows, as Spark's `substr(..., 1, 80)`
+_JAVA_SPACE = "".join(chr(c) for c in range(33))  # what Java's String.trim() removes (Spark's casts trim so)
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+_DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")
+_FLOAT_TEXT = _DECIMAL_TEXT
+_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "infinity": math.inf, "+infinity": math.inf,
+                   "-inf": -math.inf, "-infinity": -math.inf}
+_TRUE, _FALSE = ("t", "true", "y", "yes", "1"), ("f", "false", "n", "no", "0")
+_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})([T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,6})?"
+                   r"(Z|[+-][0-9]{2}:[0-9]{2})?)?")
+_NOW = re.compile(r"(?i)(now|current_timestamp)\(\s*\)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_F32 = struct.Struct("f")  # packing a double as a float32 rounds it (to nearest, ties to even)
+
+
+class Unsure(Exception):
+    """A line (or a value) whose fate in Spark's conform is not certain here: the batch takes Spark's way."""
+
+
+class _NeedsText(Unsure):
+    """A decimal whose value depends on the number's text as written (near a rounding boundary)."""
+
+
+_SPARK_READS_TEXT = re.compile(r"[eE]|[0-9.]{16}|(?i:inf|nan)")  # ingest._needs_text of a decimal column
+
+
+class _Number(str):
+    """A JSON number as written (the standard library's parser with `parse_float`/`parse_int`)."""
+
+
+@dataclass(frozen=True)
+class Typed:
+    """Non-blank lines typed: the rows that fit (the datasource's columns, in line order), which line each came
+    from, and each misfit line's index, raw text (as Spark keeps it: without a byte order mark) and reason."""
+
+    rows: pa.Table
+    kept: list[int]
+    misfits: list[tuple[int, str, str]]
+
+
+# ------------------------------------------------------------------------------------------------ paths
+@dataclass(frozen=True)
+class _Path:
+    steps: tuple[str | int, ...]  # object keys and array indexes, from the line's root
+    whole_array: bool  # `[:]`/`[*]` at the end: the array itself, read as the column's ARRAY type
+
+
+@lru_cache(maxsize=4096)
+def _path(text: str | None, name: str) -> _Path | None:
+    """A `json:` path in Spark's `get_json_object` grammar (`.key`, `['key']`, `[n]`), or None for one this module
+    does not follow (a wildcard before the end)."""
+    text = text or f"$.{name}"
+    whole = text.endswith(("[:]", "[*]"))
+    if whole:
+        text = text[:-3]
+    if not text.startswith("$"):
+        return None
+    steps: list[str | int] = []
+    rest = text[1:]
+    pattern = re.compile(r"\.([^.\[]+)|\['([^'?]+)'\]|\[([0-9]+)\]")
+    while rest:
+        match = pattern.match(rest)
+        if match is None or match.group(1) == "*":
+            return None
+        key, quoted, index = match.groups()
+        steps.append(int(index) if index is not None else (key if key is not None else quoted))
+        rest = rest[match.end():]
+    return _Path(tuple(steps), whole)
+
+
+def _follow(value: object, path: _Path) -> object:
+    """The value at `path`: None when missing or null (`get_json_object` matches no key whose value is null), but a
+    null array element it does match, as the text "null"."""
+    for number, step in enumerate(path.steps):
+        if isinstance(step, int):
+            if not isinstance(value, list) or step >= len(value):
+                return None
+        elif not isinstance(value, dict):
+            return None
+        value = value[step] if isinstance(step, int) else value.get(step)
+        if value is None:
+            return "null" if isinstance(step, int) and number == len(path.steps) - 1 else None
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ values
+def _text(value: object) -> str:
+    """A scalar as `get_json_object` returns it: a string as itself, a number as written, a boolean as Jackson."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    raise Unsure("the text of a number as it was sent")
+
+
+def _shown(value: object) -> str:
+    return _text(value)[:SHOWN]
+
+
+def _integer(value: object, low: int, high: int) -> int | None:
+    """An integer column's value (None: Spark's try_cast fails), or Unsure."""
+    if isinstance(value, bool):
+        return None  # "true" is no integer
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):  # a JSON string, or a fraction as written (`_Number`)
+        text = value.strip(_JAVA_SPACE)
+        if _INT_TEXT.fullmatch(text):
+            number = int(text)
+        elif _DECIMAL_TEXT.fullmatch(text) or not any(c.isdigit() for c in value):
+            return None  # a fraction or an exponent (Spark's ANSI cast refuses them), or no number at all
+        else:
+            raise Unsure(f"integer text {value!r}")
+    else:
+        raise Unsure("a fraction for an integer")
+    return number if low <= number <= high else None
+
+
+def _floating(value: object, single: bool) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = float(value) if abs(value) < 2 ** 53 else None
+        if number is None:
+            raise Unsure("a large integer as a float")
+    elif isinstance(value, float):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip(_JAVA_SPACE)
+        if text.lower() in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[text.lower()]
+        if not _FLOAT_TEXT.fullmatch(text):
+            if any(c.isdigit() for c in value) or text[:1].lower() in "in+-":
+                raise Unsure(f"float text {value!r}")
+            return None
+        number = float(text)
+    else:
+        raise Unsure("a float of another JSON type")
+    if single and number != 0 and math.isfinite(number):
+        if abs(number) < 1.2e-38:
+            raise Unsure("a Float32 below the normal range")
+        try:
+            narrow = _F32.unpack(_F32.pack(number))[0]
+        except OverflowError:
+            narrow = math.copysign(math.inf, number)
+        if narrow != number and math.isfinite(narrow):
+            # A float32 tie is a double of exactly 25 significant bits: rounding it twice may differ from Java's once.
+            scaled = math.frexp(number)[0] * 33554432.0
+            if scaled.is_integer() and int(scaled) & 1:
+                raise Unsure("a Float32 on a rounding tie")
+        number = narrow
+    if math.isinf(number) and not (isinstance(value, str) and value.strip(_JAVA_SPACE).lower() in _SPECIAL_FLOATS):
+        return None  # a number beyond the type's range: quarantined, not infinity
+    return number
+
+
+def _decimal(value: object, precision: int, scale: int) -> Decimal | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip(_JAVA_SPACE)
+        if not _DECIMAL_TEXT.fullmatch(text):
+            if any(c.isdigit() for c in value):
+                raise Unsure(f"decimal text {value!r}")
+            return None
+        exact = Decimal(text)
+    elif isinstance(value, int):
+        exact = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise Unsure("an infinite decimal")
+        text = repr(value)
+        whole, _, fraction = text.partition(".")
+        if "e" not in text and len(fraction) <= scale and abs(value) < 10.0 ** (14 - scale):
+            # On the grid already and far from a rounding boundary: the number as sent rounds to exactly this.
+            return Decimal(text) if len(whole.lstrip("-")) <= precision - scale else None
+        exact = Decimal(text)
+        # The number as sent and this shortest spelling of its double differ by less than half its ulp: they round
+        # alike unless a rounding boundary (or the precision's limit) lies that close.
+        slack = Decimal(abs(value)) * Decimal("2.3e-16")
+        step = Decimal(1).scaleb(-scale)
+        boundary = (exact / step).to_integral_value(ROUND_HALF_UP)
+        if abs(abs(exact / step - boundary) - Decimal("0.5")) * step <= slack or \
+                abs(abs(exact) - Decimal(10) ** (precision - scale)) <= slack:
+            raise _NeedsText("a decimal too close to a rounding boundary")
+    else:
+        raise Unsure("a decimal of another JSON type")
+    try:
+        rounded = exact.quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP)
+    except InvalidOperation:
+        return None
+    return rounded if len(rounded.as_tuple().digits) <= precision or rounded == 0 else None
+
+
+def _boolean(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return {0: False, 1: True}.get(value)
+    if isinstance(value, str):
+        text = value.strip(" \t\n\r").lower()
+        if not text.isascii() or any(ord(c) < 33 for c in text):
+            raise Unsure(f"boolean text {value!r}")
+        return True if text in _TRUE else False if text in _FALSE else None
+    raise Unsure("a fraction for a boolean")
+
+
+def _date(value: object) -> date | None:
+    if not isinstance(value, str):
+        if isinstance(value, bool):
+            return None
+        raise Unsure("a number for a date")
+    match = _DATE.fullmatch(value)
+    if match is None:
+        if any(c.isdigit() for c in value):
+            raise Unsure(f"date text {value!r}")
+        return None
+    if int(match.group(1)) < 1000:
+        raise Unsure("a year before 1000")  # Spark reads year 0 too; Python does not
+    try:
+        return date(*(int(g) for g in match.groups()))
+    except ValueError:
+        return None  # a 30th of February
+
+
+def _timestamp(value: object, utc: bool) -> datetime | None:
+    if not isinstance(value, str):
+        if isinstance(value, bool):
+            return None
+        raise Unsure("a number for a time")
+    match = _TIME.fullmatch(value)
+    if match is None:
+        if any(c.isdigit() for c in value):
+            raise Unsure(f"time text {value!r}")
+        return None
+    year, month, day, _, hour, minute, second, fraction, zone = match.groups()
+    if int(year) < 1000 or (zone is None and not utc):
+        raise Unsure("a year before 1000, or a time without a zone read in another session time zone")
+    try:
+        moment = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                          int((fraction or ".0")[1:].ljust(6, "0")), tzinfo=UTC)
+    except ValueError:
+        return None  # a month 13, an hour 24, a 30th of February
+    if zone not in (None, "Z"):
+        sign = 1 if zone[0] == "+" else -1
+        hours, minutes = int(zone[1:3]), int(zone[4:6])
+        if hours > 18 or minutes > 59:
+            raise Unsure(f"zone offset {zone}")
+        moment -= sign * timedelta(hours=hours, minutes=minutes)
+    return moment
+
+
+def _wall_clock(value: object) -> datetime | None:
+    """A TIMESTAMP_NTZ's value: a time without a zone (one with a zone or an offset is not certain here)."""
+    if isinstance(value, str) and value.endswith("Z") or isinstance(value, str) and _TIME.fullmatch(value) and \
+            _TIME.fullmatch(value).group(9):
+        raise Unsure("a zone for a time without one")
+    moment = _timestamp(value, True)
+    return None if moment is None else moment.replace(tzinfo=None)
+
+
+def _string(value: object) -> str:
+    if isinstance(value, str):  # a JSON string, or a number as written (`_Number`): Spark keeps its text
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    raise Unsure("a number or an object for a string")
+
+
+# ------------------------------------------------------------------------------------------------ columns
+@dataclass(frozen=True)
+class _Reader:
+    """How one column's value becomes its Arrow value: `read(value)` answers the value, or None (Spark's cast
+    fails: a misfit), or raises Unsure."""
+
+    column: Column
+    path: _Path
+    read: Callable[[object], object]
+    arrow: pa.DataType
+    rules: ValueRules
+    default: object  # the value a missing field takes (an explicit DEFAULT or the type's), or None
+    get: Callable[[dict], object]  # the value at `path` in a parsed line (`_follow`)
+    text_of: tuple[type, ...]  # the JSON values whose text as written Spark reads for this column (`_needs_text`)
+    complex: bool  # ARRAY or MAP
+    shown_type: str  # the type as a reason names it
+
+
+def _getter(path: _Path) -> Callable[[dict], object]:
+    """`_follow` of a path of keys, without its loop (the common case: one or two keys)."""
+    steps = path.steps
+    if len(steps) == 1 and isinstance(steps[0], str):
+        return lambda v, key=steps[0]: v.get(key)
+    if len(steps) == 2 and all(isinstance(step, str) for step in steps):
+        def get(v: dict, outer: str = steps[0], inner: str = steps[1]) -> object:
+            found = v.get(outer)
+            return found.get(inner) if type(found) is dict else None
+        return get
+    return lambda v: _follow(v, path)
+
+
+def _scalar(spark_type: str, rules: ValueRules, utc: bool) -> tuple[Callable[[object], object], pa.DataType] | None:
+    import pyarrow as pa
+
+    type_ = spark_type.upper()
+    spark_ranges = {"TINYINT": (8, pa.int8()), "SMALLINT": (16, pa.int16()), "INT": (32, pa.int32()),
+                    "BIGINT": (64, pa.int64())}
+    if type_ in spark_ranges:
+        bits, kind = spark_ranges[type_]
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        if rules.bounds:
+            low, high = max(low, rules.bounds[0]), min(high, rules.bounds[1])
+        return (lambda v: _integer(v, low, high)), kind
+    decimal = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", type_)
+    if decimal:
+        precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        low, high = rules.bounds or (None, None)
+
+        def read(v: object) -> Decimal | None:
+            number = _decimal(v, precision, scale)
+            if number is not None and low is not None and not low <= number <= high:
+                return None
+            return number
+        return read, pa.decimal128(precision, scale)
+    simple = {"DOUBLE": (lambda v: _floating(v, False), pa.float64()),
+              "FLOAT": (lambda v: _floating(v, True), pa.float32()), "BOOLEAN": (_boolean, pa.bool_()),
+              "STRING": (_string, pa.string()), "DATE": (_date, pa.date32()),
+              "TIMESTAMP": (lambda v: _timestamp(v, utc), pa.timestamp("us", "UTC")),
+              "TIMESTAMP_NTZ": (_wall_clock, pa.timestamp("us"))}
+    return simple.get(type_)
+
+
+def _element(spark_type: str, bounds: tuple[int, int] | None) -> tuple[Callable[[object], object], pa.DataType] | None:
+    """How `from_json` reads an array element or a map value of a scalar type, where that is certain: strings from
+    JSON strings, integers from JSON integers (within the type's and ClickHouse's range), floats from numbers,
+    booleans from booleans; anything else is Unsure."""
+    import pyarrow as pa
+
+    type_ = spark_type.upper()
+    ints = {"TINYINT": (8, pa.int8()), "SMALLINT": (16, pa.int16()), "INT": (32, pa.int32()), "BIGINT": (64, pa.int64())}
+
+    def strict(kinds: tuple[type, ...], convert: Callable[[object], object] = lambda v: v):
+        def read(v: object) -> object:
+            if v is None:
+                return None
+            if not isinstance(v, kinds) or isinstance(v, bool) != (bool in kinds) or isinstance(v, _Number):
+                raise Unsure("an element of another JSON type")
+            return convert(v)
+        return read
+
+    if type_ in ints:
+        bits, kind = ints[type_]
+        low, high = bounds or (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        low, high = max(low, -(2 ** (bits - 1))), min(high, 2 ** (bits - 1) - 1)
+
+        def in_range(v: object) -> object:
+            if not low <= v <= high:  # type: ignore[operator]
+                raise Unsure("an element out of range")  # the reason shows Jackson's text of the whole array
+            return v
+        return strict((int,), in_range), kind
+    if type_ == "DOUBLE":
+        return strict((int, float), float), pa.float64()
+    if type_ == "BOOLEAN":
+        return strict((bool,)), pa.bool_()
+    if type_ == "STRING":
+        return strict((str,)), pa.string()
+    return None
+
+
+def _complex(spark_type: str, rules: ValueRules) -> tuple[Callable[[object], object], pa.DataType] | None:
+    """How `from_json` reads an ARRAY<T> (from a JSON array) or a MAP<STRING,T> (from an object), where certain."""
+    import pyarrow as pa
+
+    shape = re.fullmatch(r"(ARRAY<|MAP<STRING,)(.+)>", spark_type.upper())
+    found = _element(shape.group(2), rules.element_bounds) if shape else None
+    if found is None:
+        return None
+    item, kind = found
+    is_array = shape.group(1) == "ARRAY<"
+
+    def read(v: object) -> list:
+        if not isinstance(v, list if is_array else dict):
+            raise Unsure("an array or a map given another JSON type")
+        return [item(e) for e in v] if is_array else [(k, item(e)) for k, e in v.items()]
+    return read, pa.list_(kind) if is_array else pa.map_(pa.string(), kind)
+
+
+def _default(column: Column, rules: ValueRules, read: Callable[[object], object], now: datetime) -> object:
+    """The value a missing field takes: the column's DEFAULT (a constant, or `now()`), else its type's (a
+    non-Nullable ClickHouse type), else None; Unsure for a DEFAULT whose value is not certain here."""
+    if column.default is None:
+        if not rules.takes_default:
+            return None
+        if column.type.upper() in ("DATE", "TIMESTAMP"):
+            return date(1970, 1, 1) if column.type.upper() == "DATE" else _EPOCH
+        return [] if isinstance(rules.missing_value, tuple) else read(rules.missing_value)
+    text = column.default.strip()
+    if _NOW.fullmatch(text) and column.type.upper() == "TIMESTAMP":
+        return now
+    try:
+        constant = json.loads(text)
+    except ValueError:
+        if len(text) >= 2 and text[0] == text[-1] == "'" and "\\" not in text and "'" not in text[1:-1]:
+            constant = text[1:-1]
+        else:
+            raise Unsure(f"DEFAULT {text}") from None
+    if not isinstance(constant, int | float | str) or isinstance(constant, bool):
+        raise Unsure(f"DEFAULT {text}")
+    if isinstance(constant, str) != (column.type.upper() == "STRING"):
+        raise Unsure(f"DEFAULT {text} of another type than the column's")  # Spark's CAST of it: not guessed
+    value = read(constant)
+    if value is None:
+        raise Unsure(f"DEFAULT {text} that does not fit the column")
+    return value
+
+
+def _readers(datasource: Datasource, utc: bool, now: datetime) -> list[_Reader]:
+    readers = []
+    for column in datasource.columns:
+        path = _path(column.json_path, column.name)
+        rules = value_rules(column.written_type)
+        found = _complex(column.type, rules) if column.type.upper().startswith(("ARRAY<", "MAP<")) else \
+            _scalar(column.type, rules, utc)
+        if path is None or found is None or (path.whole_array and not column.type.upper().startswith("ARRAY<")):
+            raise Unsure(f"column `{column.name}`: {column.written_type} from {column.json_path}")
+        read, arrow = found
+        type_ = column.type.upper()
+        text_of = (int, float) if type_ == "STRING" else () if type_ in ("DOUBLE", "FLOAT") or \
+            type_.startswith("DECIMAL") else (float,)
+        readers.append(_Reader(column, path, read, arrow, rules, _default(column, rules, read, now), _getter(path),
+                               text_of, type_.startswith(("ARRAY<", "MAP<")), column.written_type.replace("'", "")))
+    return readers
+
+
+# ------------------------------------------------------------------------------------------------ lines
+def _exact(line: str) -> object:
+    """A line parsed by the standard library with its numbers as written (`_Number`) and Jackson's leniencies
+    (control characters in strings, text after the first value); Unsure where Jackson would differ."""
+    decoder = json.JSONDecoder(strict=False, parse_float=_Number, parse_int=_Number,
+                               parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    text = line.lstrip(" \t\n\r")
+    try:
+        value, end = decoder.raw_decode(text)
+    except json.JSONDecodeError:
+        if "'" in line:
+            raise Unsure("single quotes (Spark's reader takes them)") from None
+        return _NOT_JSON
+    except (ValueError, RecursionError):
+        raise Unsure("a constant or a number Jackson reads otherwise") from None
+    if text[end:].strip(" \t\n\r"):
+        raise Unsure("text after the first JSON value")  # Spark reads the first value; pyarrow and orjson refuse
+    return _integers(value)
+
+
+def _integers(value: object) -> object:
+    """`_exact`'s value with its integers as Python ints (their text is theirs, but for `-0`) and its fractions kept
+    as written."""
+    if isinstance(value, dict):
+        return {k: _integers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integers(v) for v in value]
+    if isinstance(value, _Number) and not any(c in value for c in ".eE"):
+        if len(value) > 1000:
+            raise Unsure("a number longer than Jackson reads")
+        return int(value) if value != "-0" else value
+    return value
+
+
+_NOT_JSON = object()
+
+
+def _duplicated_keys(line: str, parsed: dict) -> bool:
+    """Whether an object of the line gives a key twice (Spark's reader takes the first non-null, the parsers here
+    the last): the parsed objects hold every key token of the line (`":`) unless one was given twice, else (a
+    spacing such as `"a" : 1`, or `":` inside a string) the standard library's parser tells."""
+    if line.count('":') == _key_count(parsed):
+        return False
+    try:
+        _PAIRS.raw_decode(line.lstrip(" \t\n\r"))
+    except _Duplicate:
+        return True
+    except (ValueError, RecursionError):
+        raise Unsure("a line the standard library reads otherwise") from None
+    return False
+
+
+def _key_count(value: object) -> int:
+    """How many keys the objects of a parsed value hold, nested ones included (a loop, not recursion: it runs for
+    every line)."""
+    count, stack = 0, [value]
+    while stack:
+        current = stack.pop()
+        if type(current) is dict:
+            count += len(current)
+            current = current.values()
+        for item in current:
+            kind = type(item)
+            if kind is dict or kind is list:
+                stack.append(item)
+    return count
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _Duplicate
+    return found
+
+
+_PAIRS = json.JSONDecoder(strict=False, object_pairs_hook=_unique_pairs)
+
+
+def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Typed | None:
+    """Non-blank NDJSON `lines` typed as Spark's conform types them (see the module's docstring); None whenever
+    that is not certain for one of them. The lines whose values are all of their columns' plain kinds are typed
+    column by column (`_fast`); the others line by line (`_line`: misfits, reasons, the rare cases)."""
+    import pyarrow as pa
+
+    texts = [line for line in lines if line.strip()]
+    names = [column.name for column in datasource.columns]
+    try:
+        readers = _readers(datasource, time_zone in UTC_ZONES, datetime.now(UTC))
+        every_default = all(r.column.default is not None for r in readers)
+        # Plain times are read in UTC: in another session time zone every line is read by `_line`.
+        fast, slow = _fast(texts, readers, every_default) if time_zone in UTC_ZONES else (None, range(len(texts)))
+        columns: list[list] = [[] for _ in readers]
+        kept, misfits = [], []
+        for index in slow:
+            raw = texts[index].removeprefix("\ufeff")
+            values, reason = _line(raw, readers, every_default)
+            if reason is not None:
+                misfits.append((index, raw, reason))
+                continue
+            kept.append(index)
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        rows = pa.table([pa.array(column, reader.arrow) for column, reader in zip(columns, readers, strict=True)],
+                        names=names)
+    except Unsure:
+        return None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
+        return None
+    if fast is not None:
+        fast_rows, fast_kept = fast
+        order = sorted(range(len(fast_kept) + len(kept)), key=(fast_kept + kept).__getitem__)
+        rows = pa.concat_tables([fast_rows, rows]).take(pa.array(order, pa.int64())) if kept else fast_rows
+        kept = sorted(fast_kept + kept)
+    return Typed(rows, kept, misfits)
+
+
+# ------------------------------------------------------------------------------------------------ the fast way
+_PLAIN_TIME = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z?)?$"
+_PLAIN_DATE = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}$"
+
+
+def _fast(texts: list[str], readers: list[_Reader],
+          every_default: bool) -> tuple[tuple[pa.Table, list[int]] | None, list[int]]:
+    """The lines typed column by column where each is a plain object (no byte order mark, no key given twice) whose
+    every value is of its column's plain kind and fits (in range, a time in the plain ISO form...): the rows of
+    those lines with their indexes, and the indexes of the others, left to `_line`. Each column is checked and
+    converted by pyarrow at once; a check that cannot tell which line failed leaves every line to `_line`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    slow: set[int] = set()
+    parsed: list[object] = []
+    for index, text in enumerate(texts):
+        try:
+            parsed.append(orjson.loads(text))
+        except orjson.JSONDecodeError:
+            parsed.append(None)
+            slow.add(index)
+    keys = pc.count_substring(pa.array(texts, pa.string()), '":').to_pylist()
+    for index, (text, value, count) in enumerate(zip(texts, parsed, keys, strict=True)):
+        if type(value) is not dict or _key_count(value) != count or text.startswith("\ufeff") or \
+                len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING:
+            slow.add(index)
+            parsed[index] = {}
+    arrays = []
+    for reader in readers:
+        values = [reader.get(p) for p in parsed]
+        found = _fast_column(values, reader)
+        if found is None:
+            return None, list(range(len(texts)))
+        array, bad = found
+        slow.update(bad)
+        arrays.append(array)
+    if len(slow) == len(texts):
+        return None, list(range(len(texts)))
+    keep = pa.array([index not in slow for index in range(len(texts))])
+    missing, columns = None, []
+    for reader, array in zip(readers, arrays, strict=True):
+        array = array.filter(keep) if slow else array
+        none = pc.is_null(array)
+        missing = none if missing is None else pc.and_(missing, none)
+        if reader.default is not None and array.null_count:
+            array = pc.if_else(none, pa.scalar(reader.default, reader.arrow), array)
+        columns.append(array)
+    if not every_default and pc.any(missing).as_py():
+        return None, list(range(len(texts)))  # a line with none of the columns: `_line` says so
+    fast = [index for index in range(len(texts)) if index not in slow]
+    return (pa.table(columns, names=[r.column.name for r in readers]), fast), sorted(slow)
+
+
+def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | None:
+    """A column's values converted at once: the array (its values of other kinds, or that do not fit, as NULL) and
+    the indexes of those lines; None when which lines failed cannot be told."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    type_ = reader.column.type.upper()
+    integer = pa.types.is_integer(reader.arrow)
+    kinds = {"STRING": (str,), "BOOLEAN": (bool,), "DOUBLE": (int, float), "FLOAT": (int, float),
+             "TIMESTAMP": (str,), "DATE": (str,)}.get(type_, (int,) if integer else None)
+    try:
+        if type_ in ("ARRAY<STRING>", "MAP<STRING,STRING>", "ARRAY<BOOLEAN>") and \
+                {type(v) for v in values} <= {type(None), list if type_.startswith("ARRAY") else dict}:
+            try:  # pyarrow takes strings (and booleans) only as themselves: another element kind raises
+                return pa.array(values, reader.arrow), []
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass  # each value read by itself below
+        if kinds is None:  # decimals, arrays and maps: each value read as `_line` reads it
+            read, bad = [], []
+            for index, value in enumerate(values):
+                try:
+                    converted = None if value is None else reader.read(value)
+                except Unsure:
+                    converted = None
+                if value is not None and converted is None:
+                    bad.append(index)
+                read.append(converted)
+            return pa.array(read, reader.arrow), bad
+        bad = [i for i, v in enumerate(values) if v is not None and type(v) not in kinds]
+        if type_ in ("DOUBLE", "FLOAT"):
+            bad += [i for i, v in enumerate(values) if type(v) is int and abs(v) >= 2 ** 53]
+        odd_lines = set(bad)
+        clean = [None if i in odd_lines else v for i, v in enumerate(values)] if bad else values
+        if type_ in ("STRING", "BOOLEAN"):
+            return pa.array(clean, reader.arrow), bad
+        if integer:
+            array = pa.array(clean, pa.int64())
+            info = 2 ** (reader.arrow.bit_width - 1)
+            low, high = reader.rules.bounds or (-info, info - 1)
+            low, high = max(low, -info), min(high, info - 1)
+            out = pc.or_(pc.less(array, low), pc.greater(array, high))
+            bad += np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False)).tolist()
+            return pc.if_else(out.fill_null(False), pa.scalar(None, pa.int64()), array).cast(reader.arrow), bad
+        if type_ in ("DOUBLE", "FLOAT"):
+            array = pa.array(clean, pa.float64())
+            if type_ == "DOUBLE":
+                return array, bad
+            doubles = array.to_numpy(zero_copy_only=False)
+            with np.errstate(over="ignore", invalid="ignore"):
+                narrow = doubles.astype(np.float32)
+                scaled = np.frexp(doubles)[0] * 33554432.0
+                odd = (np.isinf(narrow) & np.isfinite(doubles)) | ((doubles != 0) & (np.abs(doubles) < 1.2e-38)) | \
+                    ((narrow != doubles) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1))
+            bad += np.flatnonzero(odd & ~np.isnan(doubles)).tolist()
+            return array.cast(pa.float32(), safe=False), bad
+        texts = pa.array(clean, pa.string())
+        plain = pc.match_substring_regex(texts, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
+        odd = pc.invert(plain.fill_null(True))
+        bad += np.flatnonzero(odd.to_numpy(zero_copy_only=False)).tolist()
+        texts = pc.if_else(odd, pa.scalar(None, pa.string()), texts)
+        if type_ == "DATE":
+            return texts.cast(pa.date32()), bad
+        return pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC")), bad
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return None  # e.g. a 30th of February in the plain form: which line, pyarrow does not say
+
+
+def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, str | None]:
+    """One line's values, or the reason it does not fit (Spark's words, in its order)."""
+    if raw.count("{") + raw.count("[") > MAX_NESTING:
+        raise Unsure("nested deeper than Jackson reads")
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Unsure("a lone surrogate: Spark's line is not UTF-8") from None
+        parsed = _exact(raw)
+        if parsed is _NOT_JSON:
+            return [], "line is not valid JSON"
+    if type(parsed) is not dict:
+        if isinstance(parsed, str | int | float | list | bool) or parsed is None:
+            try:
+                orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise Unsure("a line that is not one JSON value") from None
+            return [], "line is JSON but not an object"
+        raise Unsure("an unexpected JSON value")
+    if _duplicated_keys(raw, parsed):
+        raise Unsure("a key given twice")
+    found = [r.get(parsed) for r in readers]
+    exact = None
+    for i, (value, reader) in enumerate(zip(found, readers, strict=True)):
+        # A fraction read by an integer or string column, a number by a string column: Spark reads its text.
+        if reader.text_of and type(value) in reader.text_of:
+            exact = exact if exact is not None else _exact(raw)
+            found[i] = _follow(exact, reader.path)
+    if not every_default and found.count(None) == len(found):
+        return [], "object has none of the datasource's columns"
+    values, reasons = [], []
+    for value, reader in zip(found, readers, strict=True):
+        if value is None:
+            values.append(reader.default)
+            continue
+        if not reader.complex and type(value) in (dict, list):
+            raise Unsure("an object or array for a scalar column")  # shown as Jackson writes it
+        try:
+            converted = reader.read(value)
+        except _NeedsText:
+            # Spark reads the number's text where it is long or has an exponent, else Java's text of its double.
+            exact = exact if exact is not None else _exact(raw)
+            text = _follow(exact, reader.path)
+            if not (isinstance(text, _Number) and _SPARK_READS_TEXT.search(text)):
+                raise
+            value, converted = text, reader.read(text)
+        if converted is None:
+            if isinstance(value, dict | list):
+                raise Unsure("a complex value that does not fit")  # shown as Jackson writes it
+            if isinstance(value, float):  # a float column's misfit: Spark shows the text of one with an exponent
+                exact = exact if exact is not None else _exact(raw)
+                value = _follow(exact, reader.path)
+                if not (isinstance(value, _Number) and _SPARK_READS_TEXT.search(value)):
+                    raise Unsure("a float misfit shown as Java writes its double")
+            reasons.append(f"column `{reader.column.name}`: cannot read \"{_shown(value)}\" as {reader.shown_type}")
+        values.append(converted)
+    return values, ("; ".join(reasons) if reasons else None)
