@@ -55,6 +55,12 @@ class AggregateState:
         return f"{self.plain_names[0]}({', '.join(args + ([_param(params)] if params else []))})"
 
 
+def returns_array(params: list[str] | tuple[str, ...]) -> bool:
+    """Whether a quantile finalized with these parameters is an array (several, or one written as an array: ClickHouse's
+    `quantiles(0.9)(x)` is an array of one value, `quantile(0.9)(x)` a number)."""
+    return len(params) > 1 or (len(params) == 1 and params[0].replace(" ", "").upper().startswith("ARRAY("))
+
+
 def _param(params: list[str]) -> str:
     """One parameter as itself, several as an array (quantiles(0.5, 0.9) → array(0.5, 0.9))."""
     return params[0] if len(params) == 1 else f"array({', '.join(params)})"
@@ -88,6 +94,8 @@ def _by_type(types: tuple[str | None, ...]) -> str:
 
 
 HLL = "hll_sketch_estimate(hll_union_agg({c}, true))"
+# DataSketches' HLL ignores an empty string, which ClickHouse's uniq counts as a value: it is sketched as "\\u0000".
+UNIQ_STATE = "hll_sketch_agg(IF(CAST({x} AS STRING) = '', '\\u0000', CAST({x} AS STRING)))"
 KLL_MERGE = "kll_merge_agg_double({c})"
 VARIANCE_STATE = ("named_struct('n', count({x}), 'mean', avg(CAST({x} AS DOUBLE)), "
                   "'m2', var_pop(CAST({x} AS DOUBLE)) * count({x}))")
@@ -127,9 +135,10 @@ STATES: tuple[AggregateState, ...] = (
                    _const("STRUCT<sum: DOUBLE, count: BIGINT>"),
                    negate="named_struct('sum', -{c}.sum, 'count', -{c}.count)"),
     AggregateState("uniq", ("approx_count_distinct",), ("uniq", "uniqHLL12", "uniqCombined", "uniqCombined64"),
-                   "hll_sketch_agg(CAST({x} AS STRING))", "hll_union_agg({c}, true)", HLL, _const("BINARY"),
+                   UNIQ_STATE, "hll_union_agg({c}, true)", HLL, _const("BINARY"),
                    exact=False, note="HLL sketch (lgConfigK 12): about 1.6% relative standard error"),
-    AggregateState("uniq_exact", (), ("uniqExact",), "collect_set({x})",
+    # countDistinct is uniqExact in ClickHouse (count_distinct_implementation's default).
+    AggregateState("uniq_exact", (), ("uniqExact", "countDistinct"), "collect_set({x})",
                    "array_distinct(flatten(collect_list({c})))", "size(array_distinct(flatten(collect_list({c}))))",
                    _set_type, plain="size(collect_set({x}))"),
     AggregateState("quantiles", ("percentile_approx", "approx_percentile"),
@@ -198,10 +207,12 @@ def split_clickhouse_name(name: str) -> tuple[AggregateState, str] | None:
     if_form = lowered.endswith("if") and lowered[:-2] in BY_CLICKHOUSE_NAME
     if lowered in BY_CLICKHOUSE_NAME and lowered not in ALL_AGGREGATES and not if_form:
         return BY_CLICKHOUSE_NAME[lowered], "Plain"
-    for suffix in ("mergestate", "stateif", "state", "merge", "if"):
+    # ClickHouse applies combinators right to left: sumIfState(x, c) is the state of sumIf, the same as pipeframe's
+    # sumStateIf(x, c); sumIfMerge merges it as sumMerge does.
+    for suffix in ("mergestate", "stateif", "state", "merge", "ifstate", "ifmerge", "if"):
         if lowered.endswith(suffix) and lowered[: -len(suffix)] in BY_CLICKHOUSE_NAME:
-            canonical = {"mergestate": "MergeState", "stateif": "StateIf", "state": "State", "merge": "Merge",
-                         "if": "If"}[suffix]
+            canonical = {"mergestate": "MergeState", "stateif": "StateIf", "ifstate": "StateIf", "state": "State",
+                         "ifmerge": "Merge", "merge": "Merge", "if": "If"}[suffix]
             return BY_CLICKHOUSE_NAME[lowered[: -len(suffix)]], canonical
     return None
 

@@ -9,7 +9,7 @@ where one exists), reported by `check` at file:line — never a surprise at depl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,7 +25,9 @@ from pipeframe.compiler.spark_functions import SPARK_FUNCTIONS
 
 CLICKHOUSE = Dialect.get_or_raise("clickhouse")
 SPARK = Dialect.get_or_raise("spark")
-CLICKHOUSE_FUNCTIONS = frozenset(name.lower() for name in ClickHouse.Parser.FUNCTIONS)
+# What sqlglot's ClickHouse parser reads as a function: by name, or with its own parser (arrayJoin, groupConcat...).
+CLICKHOUSE_FUNCTIONS = frozenset(name.lower() for name in (*ClickHouse.Parser.FUNCTIONS,
+                                                           *ClickHouse.Parser.FUNCTION_PARSERS))
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,13 @@ def _bucket(seconds: int) -> str:
     return f"timestamp_seconds(floor(unix_timestamp({{0}}) / {seconds}) * {seconds})"
 
 
-_URL_PARTS = "REGEXP_EXTRACT_ALL({0}, '^[A-Za-z0-9+.-]+://[^/?#]*[/?#]*|[^/?#]+[/?#]*', 0)"
+_DOMAIN = "regexp_extract(coalesce(try_parse_url({0}, 'HOST'), ''), '^(.*[.].*)$', 1)"
+_URL_PARTS = "REGEXP_EXTRACT_ALL({0}, '^[A-Za-z0-9+.-]+://[^/?#]*[/?#]?|[/?#]*[^/?#]+[/?#]?', 0)"
 
 TEMPLATES: dict[str, tuple[tuple[int, ...], str]] = {
     # A DateTime has whole seconds: toDateTime drops a DateTime64's (or a number's) fraction.
-    "todatetime": ((1,), "date_trunc('SECOND', CAST({0} AS TIMESTAMP))"),
-    "todatetime64": ((1, 2), "CAST({0} AS TIMESTAMP)"),
+    "todatetime": ((1, 2), "date_trunc('SECOND', CAST({0} AS TIMESTAMP))"),
+    "todatetime64": ((1, 2, 3), "CAST({0} AS TIMESTAMP)"),  # a time zone argument changes how it shows, not when
     "todate": ((1,), "CAST({0} AS DATE)"),
     "todate32": ((1,), "CAST({0} AS DATE)"),
     "tostring": ((1,), "CAST({0} AS STRING)"),
@@ -73,13 +76,6 @@ TEMPLATES: dict[str, tuple[tuple[int, ...], str]] = {
     "touint64": ((1,), "CAST({0} AS BIGINT)"),
     "tofloat32": ((1,), "CAST({0} AS FLOAT)"),
     "tofloat64": ((1,), "CAST({0} AS DOUBLE)"),
-    "toint32orzero": ((1,), "coalesce(TRY_CAST({0} AS INT), 0)"),
-    "toint64orzero": ((1,), "coalesce(TRY_CAST({0} AS BIGINT), 0)"),
-    "touint32orzero": ((1,), "coalesce(TRY_CAST({0} AS BIGINT), 0)"),
-    "touint64orzero": ((1,), "coalesce(TRY_CAST({0} AS BIGINT), 0)"),
-    "tofloat64orzero": ((1,), "coalesce(TRY_CAST({0} AS DOUBLE), 0D)"),
-    "toint64ornull": ((1,), "TRY_CAST({0} AS BIGINT)"),
-    "tofloat64ornull": ((1,), "TRY_CAST({0} AS DOUBLE)"),
     "todateornull": ((1,), "TRY_CAST({0} AS DATE)"),
     "todatetimeornull": ((1,), "date_trunc('SECOND', TRY_CAST({0} AS TIMESTAMP))"),
     "parsedatetimebesteffort": ((1,), "date_trunc('SECOND', CAST({0} AS TIMESTAMP))"),
@@ -109,38 +105,85 @@ TEMPLATES: dict[str, tuple[tuple[int, ...], str]] = {
     "tostartoffifteenminutes": ((1,), _bucket(900)),
     # ClickHouse's default week starts on Sunday (mode 0); Spark's date_trunc('WEEK') on Monday.
     "tostartofweek": ((1,), "date_sub(CAST(date_trunc('WEEK', date_add(CAST({0} AS DATE), 1)) AS DATE), 1)"),
+    "tolowcardinality": ((1,), "{0}"),  # a storage hint: the same values
+    # A DateTime shown in another time zone: its wall-clock time there (toHour, toDate ... of it are local).
+    "totimezone": ((2,), "from_utc_timestamp({0}, {1})"),
+    "makedate": ((3,), "make_date({0}, {1}, {2})"),
+    "arrayintersect": ((2,), "array_intersect({0}, {1})"),
+    "multisearchany": ((2,), "exists({1}, needle -> instr({0}, needle) > 0)"),
+    "tointervalmillisecond": ((1,), "make_dt_interval(0, 0, 0, {0} / 1000)"),
+    "tointervalmicrosecond": ((1,), "make_dt_interval(0, 0, 0, {0} / 1000000)"),
     "lowerutf8": ((1,), "lower({0})"),
     "upperutf8": ((1,), "upper({0})"),
     "lengthutf8": ((1,), "length({0})"),
     "empty": ((1,), "(length({0}) = 0)"),
     "notempty": ((1,), "(length({0}) > 0)"),
-    "path": ((1,), "coalesce(parse_url({0}, 'PATH'), '')"),
-    "domain": ((1,), "coalesce(parse_url({0}, 'HOST'), '')"),
-    "domainwithoutwww": ((1,), "regexp_replace(coalesce(parse_url({0}, 'HOST'), ''), '^www\\\\.', '')"),
-    "protocol": ((1,), "coalesce(parse_url({0}, 'PROTOCOL'), '')"),
-    "querystring": ((1,), "coalesce(parse_url({0}, 'QUERY'), '')"),
-    "extracturlparameter": ((2,), "coalesce(parse_url({0}, 'QUERY', {1}), '')"),
-    "jsonextractfloat": ((2,), "CAST(get_json_object({0}, concat('$.', {1})) AS DOUBLE)"),
-    "jsonextractint": ((2,), "CAST(get_json_object({0}, concat('$.', {1})) AS BIGINT)"),
-    "jsonextractuint": ((2,), "CAST(get_json_object({0}, concat('$.', {1})) AS BIGINT)"),
-    "jsonextractbool": ((2,), "CAST(get_json_object({0}, concat('$.', {1})) AS BOOLEAN)"),
-    "jsonextractraw": ((2,), "get_json_object({0}, concat('$.', {1}))"),
+    # try_parse_url: a URL Java cannot parse (a space, a raw non-ASCII character) gives '' rather than failing the query.
+    "path": ((1,), "coalesce(try_parse_url({0}, 'PATH'), '')"),
+    "pathfull": ((1,), ("concat(coalesce(try_parse_url({0}, 'PATH'), ''), coalesce(concat('?', try_parse_url({0}, "
+                        "'QUERY')), ''), coalesce(concat('#', try_parse_url({0}, 'REF')), ''))")),
+    # ClickHouse's domain is a host name with a dot in it (`localhost` is none).
+    "domain": ((1,), _DOMAIN),
+    "domainwithoutwww": ((1,), f"regexp_replace({_DOMAIN}, '^www[.]', '')"),
+    "topleveldomain": ((1,), f"regexp_extract({_DOMAIN}, '[.]([^.]*[^.0-9][^.]*)$', 1)"),
+    "protocol": ((1,), "coalesce(try_parse_url({0}, 'PROTOCOL'), '')"),
+    "querystring": ((1,), "coalesce(try_parse_url({0}, 'QUERY'), '')"),
+    "fragment": ((1,), "coalesce(try_parse_url({0}, 'REF'), '')"),
+    # The first `name=` after a `?`, `&` or `#` anywhere in the URL (a relative one too), up to the next `&` or `#`.
+    "extracturlparameter": ((2,), "regexp_extract({0}, concat('[?&#]\\\\Q', {1}, '\\\\E=([^&#]*)'), 1)"),
+    "cutquerystring": ((1,), "regexp_replace({0}, '[?][^#]*', '')"),
+    # Java's form encoding keeps `*` and encodes `~`; ClickHouse (RFC 3986) does the opposite. A `+` in the text is
+    # encoded as %2B, so the `+` left are spaces: %20 for a URL component, `+` for a form component.
+    "encodeurlformcomponent": ((1,), "replace(replace(url_encode({0}), '%7E', '~'), '*', '%2A')"),
+    "encodeurlcomponent": ((1,), "replace(replace(replace(url_encode({0}), '%7E', '~'), '*', '%2A'), '+', '%20')"),
+    # ClickHouse keeps `+` in a URL component and leaves what is not valid %-encoding as it is.
+    "decodeurlcomponent": ((1,), "coalesce(try_url_decode(replace({0}, '+', '%2B')), {0})"),
+    "decodeurlformcomponent": ((1,), "coalesce(try_url_decode({0}), {0})"),
+    # A missing key or invalid JSON is the type's default in ClickHouse, never NULL.
+    "jsonextractfloat": ((2,), "coalesce(TRY_CAST(get_json_object({0}, concat('$.', {1})) AS DOUBLE), 0D)"),
+    "jsonextractint": ((2,), "coalesce(TRY_CAST(get_json_object({0}, concat('$.', {1})) AS BIGINT), 0)"),
+    "jsonextractuint": ((2,), "coalesce(TRY_CAST(get_json_object({0}, concat('$.', {1})) AS BIGINT), 0)"),
+    "jsonextractbool": ((2,), "coalesce(TRY_CAST(get_json_object({0}, concat('$.', {1})) AS BOOLEAN), FALSE)"),
+    "jsonextractraw": ((2,), "coalesce(get_json_object({0}, concat('$.', {1})), '')"),
     "groupuniqarray": ((1,), "collect_set({0})"),
     "grouparray": ((1,), "collect_list({0})"),
     "arraystringconcat": ((1, 2), "array_join({0}, {1})"),
-    "arrayelement": ((2,), "try_element_at({0}, CAST({1} AS INT))"),
+    "arrayelement": ((2,), ("coalesce(IF(CAST({1} AS INT) = 0, NULL, try_element_at({0}, CAST({1} AS INT))), "
+                           "__pf_zero_element({0}))")),  # as arr[i]: see array_indexes
     # The first match only: a lazy prefix up to the leftmost match, kept as group 1.
     "replaceregexpone": ((3,), "regexp_replace({0}, concat('^((?s).*?)(?:', {1}, ')'), concat('$1', {2}))"),
     # The URL cut after each run of / or ? in its path and query ('https://a.com/', 'https://a.com/b/', ...); only
     # for a URL with a protocol, else an empty array.
     "urlhierarchy": ((1,), "IF({0} RLIKE '^[A-Za-z0-9+.-]+://', TRANSFORM(SEQUENCE(1, SIZE(" + _URL_PARTS + ")), "
-                           "i -> ARRAY_JOIN(SLICE(" + _URL_PARTS + ", 1, i), '')), ARRAY())"),
-    "range": ((1, 2), "sequence({0}, {1} - 1)"),
+                           "i -> ARRAY_JOIN(SLICE(" + _URL_PARTS + ", 1, i), '')), SLICE(ARRAY({0}), 1, "
+                           "IF({0} = '', 0, 1)))"),
+    "range": ((1, 2), "IF({1} > {0}, sequence({0}, {1} - 1), SLICE(ARRAY({0}), 1, 0))"),
     "replaceregexpall": ((3,), "regexp_replace({0}, {1}, {2})"),
     "replaceall": ((3,), "replace({0}, {1}, {2})"),
+    # Spark's split takes a pattern: the separator is quoted (\\Q...\\E) to be split on as text.
+    "splitbystring": ((2,), "split({1}, concat('\\\\Q', {0}, '\\\\E'))"),
     "intdiv": ((2,), "({0} DIV {1})"),
     "intdivorzero": ((2,), "coalesce(CAST(try_divide({0}, {1}) AS BIGINT), 0)"),
 }
+# What ClickHouse reads as a number from text: an optional sign and digits (no sign for an unsigned type), or a
+# float's usual forms; no spaces around it (Spark's casts trim them), no hexadecimal.
+_INTEGER_TEXT, _UNSIGNED_TEXT = "^[+-]?[0-9]+$", "^[+]?[0-9]+$"
+_FLOAT_TEXT = "^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$|^(?i)[+-]?(inf|infinity|nan)$"
+# The largest value of each unsigned type pipeframe stores in a wider signed one.
+_UNSIGNED_MAX = {"uint8": 255, "uint16": 65535, "uint32": 4294967295}
+for _name, _spark, _text in (("int8", "TINYINT", _INTEGER_TEXT), ("int16", "SMALLINT", _INTEGER_TEXT),
+                             ("int32", "INT", _INTEGER_TEXT), ("int64", "BIGINT", _INTEGER_TEXT),
+                             ("uint8", "SMALLINT", _UNSIGNED_TEXT), ("uint16", "INT", _UNSIGNED_TEXT),
+                             ("uint32", "BIGINT", _UNSIGNED_TEXT), ("uint64", "BIGINT", _UNSIGNED_TEXT),
+                             ("float32", "FLOAT", _FLOAT_TEXT), ("float64", "DOUBLE", _FLOAT_TEXT)):
+    # Spark reads `NaN` but not `-nan`; a value past an unsigned type's range is no value.
+    _text_of = "regexp_replace({0}, '^[+-]?(?i)nan$', 'NaN')" if _text is _FLOAT_TEXT else "{0}"
+    _parsed = f"TRY_CAST(IF({{0}} RLIKE '{_text}', {_text_of}, NULL) AS {_spark})"
+    if _name in _UNSIGNED_MAX:
+        _parsed = f"IF({_parsed} <= {_UNSIGNED_MAX[_name]}, {_parsed}, NULL)"
+    TEMPLATES[f"to{_name}ornull"] = ((1,), _parsed)
+    TEMPLATES[f"to{_name}orzero"] = ((1,), f"coalesce({_parsed}, CAST(0 AS {_spark}))")
+
 # One-argument defaults: `range(n)` counts from 0; `arrayStringConcat(a)` joins with ''.
 DEFAULT_FIRST = {"range": "0"}
 DEFAULT_LAST = {"arraystringconcat": "''"}
@@ -177,6 +220,8 @@ def _fill(text: str, args: list[exp.Expression], read: str = "spark") -> exp.Exp
     names = [f"__pf_arg{i}" for i in range(len(args))]
     tree = _template(text.format(*names), read).copy()
     by_name = dict(zip(names, args))
+    if isinstance(tree, exp.Column) and tree.name in by_name and not tree.table:  # `{0}`: the argument itself
+        return by_name[tree.name].copy()
     for column in list(tree.find_all(exp.Column)):
         if column.name in by_name and not column.table:
             column.replace(by_name[column.name].copy())
@@ -239,7 +284,7 @@ def functions(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
         if lowered == "multiif":
             return _multi_if(node, args, problems)
         if lowered == "range" and len(args) == 3:  # range(start, end, step): end excluded, sequence includes it
-            return _fill("sequence({0}, {1} - 1, {2})", args)
+            return _fill("IF({1} > {0}, sequence({0}, {1} - 1, {2}), SLICE(ARRAY({0}), 1, 0))", args)
         if lowered == "tostartofinterval":
             seconds = _interval_seconds(args[1]) if len(args) == 2 else None
             if seconds is None:
@@ -329,20 +374,26 @@ def _is_float(node: exp.Expression) -> bool:
     return (_call_name(node) or "").lower() in ("tofloat64", "tofloat32", "tofloat64orzero", "tofloat64ornull")
 
 
+def _bround(value: exp.Expression, digits: int) -> exp.Expression:
+    return exp.Paren(this=_fill("bround({0})", [value]) if digits == 0 else
+                     _fill(f"bround(({{0}}) * 1E{digits}) / 1E{digits}", [value]))
+
+
 def float_rounding(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
     """ClickHouse's `round(x, n)` of a Float64 rounds x * 10^n half to even (nearbyint): `round(50 / 8, 2)` is 6.25
     but `round(53 / 8, 2)` is 6.62, where Spark's round (half up, on the decimal text) gives 6.63 →
-    `bround(x * 1E n) / 1E n`. Only where x is certainly a float (a division, avg, toFloat64); a Decimal or
-    integer round keeps Spark's round."""
+    `bround(x * 1E n) / 1E n`. Where x is certainly a float (a division, avg, toFloat64) now; otherwise by its type
+    once the columns' types are known (the ROUND marker): a Decimal or integer round keeps Spark's round."""
     for node in list(tree.find_all(exp.Round)):
         decimals = node.args.get("decimals")
-        if not _is_float(node.this) or (decimals is not None and not (
-                isinstance(decimals, exp.Literal) and not decimals.is_string and decimals.this.isdigit())):
+        if decimals is not None and not (isinstance(decimals, exp.Literal) and not decimals.is_string
+                                         and decimals.this.isdigit()):
             continue
         digits = int(decimals.this) if decimals is not None else 0
-        rounded = _fill("bround({0})", [node.this]) if digits == 0 else \
-            _fill(f"bround(({{0}}) * 1E{digits}) / 1E{digits}", [node.this])
-        replacement = exp.Paren(this=rounded)
+        if _is_float(node.this):
+            replacement = _bround(node.this, digits)
+        else:
+            replacement = exp.Anonymous(this=ROUND, expressions=[node.this] + ([decimals] if decimals else []))
         if node is tree:
             return replacement
         node.replace(replacement)
@@ -410,10 +461,14 @@ def scalar_with(tree: exp.Expression, problems: list[Problem]) -> exp.Expression
             name, value = cte.alias, cte.this
             cte.pop()
             for column in list(query.find_all(exp.Column)):
-                if column.name == name and not column.table:
-                    # A bare `SELECT x` keeps its output name.
+                if column.name == name and not column.table and not column.meta.get(ALIAS_BODY):
+                    # A bare `SELECT x` keeps its output name; an x inside the value is the column, for good.
                     projected = isinstance(column.parent, exp.Select) and column.arg_key == "expressions"
-                    column.replace(exp.alias_(value.copy(), name) if projected else _operand(value.copy()))
+                    copy = value.copy()
+                    for inner in copy.find_all(exp.Column):
+                        if inner.name == name and not inner.table:
+                            inner.meta[ALIAS_BODY] = True
+                    column.replace(exp.alias_(copy, name) if projected else _operand(copy))
         if not with_.expressions:
             with_.pop()
     return tree
@@ -426,13 +481,16 @@ def _operand(value: exp.Expression) -> exp.Expression:
     return value if isinstance(value, atomic) else exp.Paren(this=value)
 
 
+ALIAS_BODY = "pf_alias_body"  # meta of the column an alias named after it reads, put in place with its expression
+
+
 def _own_scope_columns(select: exp.Select, parts: list[exp.Expression]) -> list[exp.Column]:
     """Unqualified columns of `parts` that belong to `select` itself: not inside a nested query, not a lambda's
     parameter."""
     found = []
     for part in parts:
         for column in part.find_all(exp.Column):
-            if column.table:
+            if column.table or column.meta.get(ALIAS_BODY):
                 continue
             owner = column.find_ancestor(exp.Select)
             if owner is not select and owner is not None:
@@ -455,11 +513,21 @@ def select_aliases(tree: exp.Expression, problems: list[Problem], spark_read: bo
     a column before the alias — and only for an alias whose expression does not read a column of its own name (a
     name that is a column keeps Spark's meaning)."""
     for select in list(tree.find_all(exp.Select)):
+        # ClickHouse also names an expression inside another (`multiIf(c, concat(a, b) AS region, d)`); Spark
+        # cannot: the inner alias is taken out, its name still read as the expression elsewhere in the SELECT.
+        nested = [] if spark_read else [a for a in select.find_all(exp.Alias) if a.parent is not select
+                                        and a.find_ancestor(exp.Select) is select]
         aliases = {}
         for projection in select.expressions:
-            if isinstance(projection, exp.Alias) and not any(
-                    c.name == projection.alias for c in projection.this.find_all(exp.Column)):
+            # `sum(x) AS x, x / 2`: ClickHouse reads the later x as the alias too (inside its own expression x is the
+            # column); Spark's lateral alias would not, so read as Spark only an alias not named after its column.
+            if isinstance(projection, exp.Alias):
                 aliases.setdefault(projection.alias, projection)
+        for alias in nested:
+            expression = alias.this
+            alias.replace(expression)
+            if alias.alias not in aliases and not any(c.name == alias.alias for c in expression.find_all(exp.Column)):
+                aliases[alias.alias] = exp.alias_(expression.copy(), alias.alias)  # the name, read elsewhere
         if not aliases:
             continue
         if not spark_read and _filters_generated_rows(select, aliases):
@@ -485,13 +553,23 @@ def select_aliases(tree: exp.Expression, problems: list[Problem], spark_read: bo
                     continue
                 if spark_read and not _hidden_from_spark(select, column, definition):
                     continue
+                if spark_read and _named_after_its_column(definition) and \
+                        not _ungrouped_aggregate_alias(select, column, definition):
+                    continue  # Spark reads the column there, and can: its meaning stays
                 projected = isinstance(column.parent, exp.Select) and column.arg_key == "expressions"
                 value = definition.this.copy()
+                for inner in value.find_all(exp.Column):  # `sum(x) AS x`: the x inside is the column, for good
+                    if inner.name == column.name and not inner.table:
+                        inner.meta[ALIAS_BODY] = True
                 column.replace(exp.alias_(value, column.name) if projected else _operand(value))
                 changed = True
             if not changed:
                 break
     return tree
+
+
+def _named_after_its_column(definition: exp.Alias) -> bool:
+    return any(c.name == definition.alias and not c.table for c in definition.this.find_all(exp.Column))
 
 
 def _filters_generated_rows(select: exp.Select, aliases: dict[str, exp.Alias]) -> bool:
@@ -541,6 +619,166 @@ def _ungrouped_aggregate_alias(select: exp.Select, column: exp.Column, definitio
             return False
         ancestor = ancestor.parent
     return True
+
+
+_ASCII_CASE = ("'ABCDEFGHIJKLMNOPQRSTUVWXYZ'", "'abcdefghijklmnopqrstuvwxyz'")
+
+
+def byte_strings(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """ClickHouse's plain string functions work on bytes, their -UTF8 forms (lowerUTF8 ...) on characters: `lower` and
+    `upper` change ASCII letters only, `length` counts bytes, `substring` cuts bytes. Spark's work on characters →
+    `translate` of the ASCII letters, `octet_length`, `substring` of the UTF-8 bytes (a character it cuts reads as
+    U+FFFD)."""
+    for node in list(tree.find_all(exp.Lower, exp.Upper, exp.Length, exp.Substring)):
+        if isinstance(node, exp.Lower | exp.Upper):
+            source, target = _ASCII_CASE if isinstance(node, exp.Lower) else reversed(_ASCII_CASE)
+            new = _fill(f"translate({{0}}, {source}, {target})", [node.this])
+        elif isinstance(node, exp.Length):
+            if not node.args.get("binary"):
+                continue
+            new = _fill("octet_length({0})", [node.this])
+        else:
+            start, length = node.args.get("start"), node.args.get("length")
+            if start is None:
+                continue
+            args = [node.this, start] + ([length] if length is not None else [])
+            cut = "substring(encode({0}, 'UTF-8'), {1}, {2})" if length is not None else \
+                "substring(encode({0}, 'UTF-8'), {1})"
+            new = _fill(f"make_valid_utf8(CAST({cut} AS STRING))", args)  # a cut character: U+FFFD
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
+
+
+# formatDateTime's specifiers → Spark's datetime pattern letters (what has none is a problem).
+_DATETIME_SPECIFIERS = {
+    "Y": "yyyy", "y": "yy", "C": None, "m": "MM", "c": "MM", "d": "dd", "H": "HH", "k": "HH", "I": "hh", "h": "hh",
+    "l": "hh", "e": "d", "i": "mm", "M": "MMMM", "S": "ss", "s": "ss", "f": "SSSSSS", "F": "yyyy-MM-dd", "T": "HH:mm:ss",
+    "D": "MM/dd/yy", "R": "HH:mm", "r": "hh:mm a", "j": "DDD", "a": "EEE", "b": "MMM", "W": "EEEE", "p": "a",
+    "z": "xx", "%": "%",
+}
+
+
+def _datetime_pattern(text: str) -> tuple[str, str | None]:
+    """A formatDateTime format as a Spark pattern (letters outside specifiers quoted), and the first specifier with
+    no Spark letter, if any."""
+    out, literal, i = [], "", 0
+
+    def flush() -> None:
+        nonlocal literal
+        if literal:
+            out.append("'" + literal.replace("'", "''") + "'" if any(c.isalpha() or c == "'" for c in literal)
+                       else literal)
+            literal = ""
+
+    while i < len(text):
+        if text[i] == "%" and i + 1 < len(text):
+            letter = text[i + 1]
+            pattern = _DATETIME_SPECIFIERS.get(letter)
+            if pattern is None:
+                return "", f"%{letter}"
+            if letter == "%":
+                literal += "%"
+            else:
+                flush()
+                out.append(pattern)
+            i += 2
+        else:
+            literal += text[i]
+            i += 1
+    flush()
+    return "".join(out), None
+
+
+def format_datetimes(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """`formatDateTime(ts, '%FT%T', tz)` → `date_format(from_utc_timestamp(ts, tz), "yyyy-MM-dd'T'HH:mm:ss")`:
+    ClickHouse's specifiers (%i is minutes, %M the month's name) as Spark's pattern letters."""
+    for node in list(tree.find_all(exp.TimeToStr)):
+        fmt = node.args.get("format")
+        if not isinstance(fmt, exp.Literal) or not fmt.is_string:
+            continue
+        pattern, unknown = _datetime_pattern(fmt.this)
+        if unknown is not None:
+            problems.append(Problem(node, f"formatDateTime's `{unknown}` has no Spark translation yet.",
+                                    "Use %Y %m %d %e %H %i %S %F %T %D %R %r %y %j %a %b %W %M %p %I %k %l %f %z, or "
+                                    "build the text with toString/leftPad.", "formatDateTime"))
+            continue
+        value = node.this.copy()
+        zone = node.args.get("zone")
+        if zone is not None:
+            value = exp.Anonymous(this="from_utc_timestamp", expressions=[value, zone.copy()])
+        new = exp.Anonymous(this="date_format", expressions=[value, exp.Literal.string(pattern)])
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
+
+
+def in_arrays(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """`x IN splitByChar(',', s)`: ClickHouse takes an array (a function's) as the set IN reads; Spark's IN takes a
+    list or a subquery → `array_contains(splitByChar(...), x)`."""
+    for node in list(tree.find_all(exp.In)):
+        field = node.args.get("field")
+        if not isinstance(field, exp.Func):
+            continue
+        new = exp.Anonymous(this="array_contains", expressions=[field.copy(), node.this.copy()])
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
+
+
+def json_defaults(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """`JSONExtractString(j, 'k')` / `JSONExtractRaw` (which sqlglot reads itself) are '' for a missing key or invalid
+    JSON in ClickHouse, never NULL → `coalesce(get_json_object(...), '')`."""
+    for node in list(tree.find_all(exp.JSONExtractScalar, exp.JSONExtract)):
+        if isinstance(node.parent, exp.Coalesce):
+            continue
+        new = exp.Coalesce(this=node.copy(), expressions=[exp.Literal.string("")])
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
+
+
+def weekdays(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """`toDayOfWeek(ts)`: Monday 1 to Sunday 7 → `weekday(ts) + 1` (Spark's weekday counts from Monday = 0)."""
+    for node in list(tree.find_all(exp.DayOfWeekIso)):
+        new = exp.Paren(this=_fill("weekday({0}) + 1", [node.this]))
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
+
+
+# dateDiff(unit, a, b) counts the unit's boundaries crossed from a to b (toRelativeHourNum(b) - ...), not whole units
+# elapsed as Spark's datediff does: 10:59:59 to 11:00:00 is one hour. Weeks start on Monday (1970-01-01 was a
+# Thursday, hence + 3 days).
+_BOUNDARIES = {
+    "second": "(unix_timestamp({1}) - unix_timestamp({0}))",
+    "minute": "(floor(unix_timestamp({1}) / 60) - floor(unix_timestamp({0}) / 60))",
+    "hour": "(floor(unix_timestamp({1}) / 3600) - floor(unix_timestamp({0}) / 3600))",
+    "day": "(floor(unix_timestamp({1}) / 86400) - floor(unix_timestamp({0}) / 86400))",
+    "week": "(floor((floor(unix_timestamp({1}) / 86400) + 3) / 7) - floor((floor(unix_timestamp({0}) / 86400) + 3) / 7))",
+    "month": "((year({1}) * 12 + month({1})) - (year({0}) * 12 + month({0})))",
+    "quarter": "((year({1}) * 4 + quarter({1})) - (year({0}) * 4 + quarter({0})))",
+    "year": "(year({1}) - year({0}))",
+}
+
+
+def date_diffs(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
+    """`dateDiff('hour', a, b)` → the difference of the hour numbers of b and a (see _BOUNDARIES)."""
+    for node in list(tree.find_all(exp.DateDiff)):
+        unit = (node.text("unit") or "day").lower().rstrip("s")
+        template = _BOUNDARIES.get(unit)
+        if template is None:
+            continue
+        new = exp.cast(_fill(template, [node.expression, node.this]), exp.DataType.build("BIGINT"))
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
 
 
 def date_truncs(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
@@ -626,8 +864,9 @@ def _fill_problem(select: exp.Expression | None, ordered: exp.Ordered, fill: exp
         return "`WITH FILL ... INTERPOLATE` is not supported yet."
     if _fill_bound(fill, "step") is None:
         return "`WITH FILL` without STEP is not supported yet (ClickHouse's default step depends on the key's type)."
-    if ordered.args.get("desc") and (_fill_bound(fill, "from_") is not None or _fill_bound(fill, "to") is not None):
-        return "`ORDER BY ... DESC WITH FILL FROM/TO` is not supported yet."
+    step = _fill_bound(fill, "step")
+    if ordered.args.get("desc") and isinstance(step, exp.Literal) and not step.is_string:
+        return "`ORDER BY ... DESC WITH FILL` needs a negative STEP (ClickHouse refuses a positive one)."
     key = ordered.this
     names = [p.alias_or_name for p in select.expressions]
     if any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star) for p in select.expressions) \
@@ -654,8 +893,9 @@ def _fill_default(projection: exp.Expression) -> exp.Expression | None:
 
 def _filled(select: exp.Select, ordered: exp.Ordered, fill: exp.WithFill) -> exp.Select:
     """`SELECT ... ORDER BY k WITH FILL FROM a TO b STEP s LIMIT n` → the rows, fully joined with the series
-    a, a + s, ... < b of k (from the least to the greatest k of the rows when FROM / TO are not given; from the
-    greatest down for DESC), the other columns of a filled row at their type's default, ordered by k, then LIMIT.
+    a, a + s, ... < b of k (from the least to the greatest k of the rows when FROM / TO are not given; for DESC from
+    the greatest down, > b, by the negative s), the other columns of a filled row at their type's default, ordered by
+    k, then LIMIT.
     The rows are a subquery (read twice without FROM / TO), not a CTE: Spark SQL hoists CTEs to the statement, where
     the same name in two nodes would clash; the query's own CTEs move to the outer query."""
     key = ordered.this.name
@@ -665,16 +905,15 @@ def _filled(select: exp.Select, ordered: exp.Ordered, fill: exp.WithFill) -> exp
     start, stop, step = _fill_bound(fill, "from_"), _fill_bound(fill, "to"), _fill_bound(fill, "step")
     assert step is not None
     row_key = exp.column(key, FILL_ROWS, quoted=True)
-    if ordered.args.get("desc"):  # only without FROM / TO: from the greatest key down
-        low, high = exp.Max(this=row_key.copy()), exp.Min(this=row_key.copy())
-        step = exp.Neg(this=exp.Paren(this=step.copy()))
-    else:
-        low = start.copy() if start is not None else exp.Min(this=row_key.copy())
-        high = stop.copy() if stop is not None else exp.Max(this=row_key.copy())
+    desc = bool(ordered.args.get("desc"))  # from the greatest key down, by the (negative) STEP as written
+    first, last = (exp.Max, exp.Min) if desc else (exp.Min, exp.Max)
+    low = start.copy() if start is not None else first(this=row_key.copy())
+    high = stop.copy() if stop is not None else last(this=row_key.copy())
     series: exp.Expression = exp.Anonymous(this="sequence", expressions=[low, high, step.copy()])
     if stop is not None:  # ClickHouse's TO is exclusive
+        before = (exp.GT if desc else exp.LT)(this=exp.column("_pf_v"), expression=stop.copy())
         series = exp.Anonymous(this="filter", expressions=[series, exp.Lambda(
-            this=exp.LT(this=exp.column("_pf_v"), expression=stop.copy()), expressions=[exp.to_identifier("_pf_v")])])
+            this=before, expressions=[exp.to_identifier("_pf_v")])])
     generate = exp.select(exp.alias_(exp.Explode(this=series), FILL_KEY))
     if start is None or stop is None:
         generate = generate.from_(rows.copy().subquery(FILL_ROWS))
@@ -748,32 +987,131 @@ def frame_functions(tree: exp.Expression, problems: list[Problem]) -> exp.Expres
                                     f"Use {'lag' if lag else 'lead'}(x, offset, default) OVER (PARTITION BY ... "
                                     "ORDER BY ...), which looks outside any frame.", name))
             continue
-        window.set("this", exp.Anonymous(this="lag" if lag else "lead", expressions=_args(window.this)))
+        args = _args(window.this)
+        if len(args) == 1:  # ClickHouse's default for a row outside the frame is the type's default, not NULL
+            args = [args[0], exp.Literal.number(1), _zero_of(args[0])]
+        elif len(args) == 2:
+            args = [*args, _zero_of(args[0])]
+        window.set("this", exp.Anonymous(this="lag" if lag else "lead", expressions=args))
         window.set("spec", None)
     return tree
 
 
 def array_indexes(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
-    """`arr[i]` (1-based, negative from the end, a default when out of range) → `try_element_at(arr, i)`, which
-    means the same in Spark (NULL when out of range) where `arr[i - 1]` would fail the query. sqlglot has already
-    shifted integer literals to 0-based; the original index is restored. `map['key']` stays as it is."""
+    """`arr[i]` (1-based, negative from the end, the element type's default when out of range or 0) →
+    `coalesce(try_element_at(arr, i), <default>)` (the default filled in by `resolve_defaults` from the array's
+    type), where `arr[i - 1]` would fail the query. sqlglot has already shifted integer literals to 0-based; the
+    original index is restored. `map['key']` stays as it is."""
     for bracket in list(tree.find_all(exp.Bracket)):
         if len(bracket.expressions) != 1:
             continue
         index = bracket.expressions[0]
         if isinstance(index, exp.Literal) and index.is_string:
             continue
+        computed = False
         if isinstance(index, exp.Literal):
             index = exp.Literal.number(int(index.this) + 1)
         elif isinstance(index, exp.Neg) and isinstance(index.this, exp.Literal) and not index.this.is_string:
             index = exp.Literal.number(-int(index.this.this) + 1)
-        else:  # a computed index (`arr[rand() % 4 + 1]`, a BIGINT): Spark's try_element_at takes an INT
-            index = exp.cast(index, exp.DataType.build("INT"))
-        call = exp.Anonymous(this="try_element_at", expressions=[bracket.this, index])
+        else:  # a computed index (`arr[rand() % 4 + 1]`, a BIGINT): Spark's try_element_at takes an INT, never 0
+            index, computed = exp.cast(index, exp.DataType.build("INT")), True
+        if isinstance(index, exp.Literal) and index.this == "0":
+            element: exp.Expression = exp.Null()
+        elif computed:
+            element = _fill("IF({1} = 0, NULL, try_element_at({0}, {1}))", [bracket.this, index])
+        else:
+            element = exp.Anonymous(this="try_element_at", expressions=[bracket.this, index])
+        call = exp.Coalesce(this=element, expressions=[_zero_of(bracket.this, element=True)])
         if bracket is tree:
             return call
         bracket.replace(call)
     return tree
+
+
+# Markers for what needs a type to be written: the default value ClickHouse gives a missing value of an
+# expression's type (`__pf_zero(x)`; `__pf_zero_element(arr)` for an array's elements), and `round` of an expression
+# whose type decides how it rounds (`__pf_round(x, n)`). `resolve_defaults` writes them out once the columns' types
+# are known; parse_select always does, so no marker reaches Spark.
+ZERO, ZERO_ELEMENT, ROUND = "__pf_zero", "__pf_zero_element", "__pf_round"
+MARKERS = frozenset({ZERO, ZERO_ELEMENT, ROUND})
+
+
+def _zero_of(value: exp.Expression, element: bool = False) -> exp.Expression:
+    return exp.Anonymous(this=ZERO_ELEMENT if element else ZERO, expressions=[value.copy()])
+
+
+def _zero(spark_type: str | None) -> exp.Expression:
+    """ClickHouse's default of a type (a missing value, an out-of-range element): 0, '', the epoch, an empty array."""
+    if spark_type is None:
+        return exp.Null()
+    if spark_type in ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE") or spark_type.startswith("DECIMAL"):
+        return exp.cast(exp.Literal.number(0), exp.DataType.build(spark_type))
+    literal = {"STRING": "''", "BOOLEAN": "FALSE", "DATE": "DATE '1970-01-01'",
+               "TIMESTAMP": "TIMESTAMP '1970-01-01 00:00:00'"}.get(spark_type)
+    if literal is not None:
+        return _template(literal).copy()
+    if spark_type.startswith("ARRAY<"):
+        return exp.cast(exp.Array(expressions=[]), exp.DataType.build(spark_type, dialect=SPARK))
+    return exp.Null()
+
+
+def resolve_defaults(tree: exp.Expression, types: dict[str, str | None]) -> exp.Expression:
+    """Write out the markers (ZERO, ZERO_ELEMENT, ROUND) with the types of `types` (column name, lower case → Spark
+    type): a default of a type that cannot be told is NULL, and `round` of one rounds as Spark does. A boolean
+    literal compared with a number is the number ClickHouse reads it as."""
+    from pipeframe.compiler.infer import infer
+
+    scope = _CaseInsensitive(types)
+    if types:
+        tree = _numeric_booleans(tree, scope)
+    markers = [node for node in tree.find_all(exp.Anonymous) if str(node.this) in MARKERS]
+    if not markers:
+        return tree
+    for node in reversed(markers):  # innermost first
+        name, args = str(node.this), list(node.expressions)
+        if name == ROUND:
+            kind = infer(args[0], scope)
+            digits = args[1] if len(args) > 1 else None
+            if kind in ("FLOAT", "DOUBLE") and (digits is None or (isinstance(digits, exp.Literal) and
+                                                                   str(digits.this).isdigit())):
+                new: exp.Expression = _bround(args[0], int(digits.this) if digits is not None else 0)
+            else:
+                new = exp.Round(this=args[0], decimals=digits)
+        else:
+            kind = infer(args[0], scope)
+            if name == ZERO_ELEMENT:
+                kind = kind[6:-1] if kind is not None and kind.startswith("ARRAY<") else None
+            new = _zero(kind)
+        parent = node.parent
+        if isinstance(new, exp.Null) and isinstance(parent, exp.Coalesce) and parent.expressions == [node]:
+            node, new = parent, parent.this  # `coalesce(x, NULL)` is x
+        if node is tree:
+            return new
+        node.replace(new)
+    return tree
+
+
+_NUMBERS = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
+
+
+def _numeric_booleans(tree: exp.Expression, scope: Mapping[str, str | None]) -> exp.Expression:
+    """`sent = true` where `sent` is a UInt8 flag: ClickHouse's true is 1 and compares with numbers; Spark's does not
+    → `sent = 1`."""
+    from pipeframe.compiler.infer import infer
+
+    for node in list(tree.find_all(exp.EQ, exp.NEQ)):
+        for side, other in (("expression", node.this), ("this", node.expression)):
+            literal = node.args.get(side)
+            if isinstance(literal, exp.Boolean) and infer(other, scope) in _NUMBERS:
+                literal.replace(exp.Literal.number(1 if literal.this else 0))
+    return tree
+
+
+class _CaseInsensitive(dict):
+    """Column types looked up by name in any case, as Spark resolves names."""
+
+    def get(self, key, default=None):  # type: ignore[override]
+        return super().get(key.lower() if isinstance(key, str) else key, default)
 
 
 def numbers_tables(tree: exp.Expression, problems: list[Problem]) -> exp.Expression:
@@ -814,7 +1152,10 @@ def array_joins(tree: exp.Expression, problems: list[Problem]) -> exp.Expression
                                     "explode(arr) in the SELECT.", "array join"))
             continue
         select = join.parent
-        lateral = exp.Lateral(this=exp.Explode(this=target.this), view=True, outer=join.side.upper() == "LEFT",
+        array = target.this
+        if join.side.upper() == "LEFT":  # an empty array gives one row, with the element type's default
+            array = _fill("IF(size({0}) > 0, {0}, array({1}))", [array, _zero_of(array, element=True)])
+        lateral = exp.Lateral(this=exp.Explode(this=array), view=True,
                               alias=exp.TableAlias(this=exp.to_identifier(f"_array_join{number}"),
                                                    columns=[exp.to_identifier(target.alias)]))
         join.pop()
@@ -825,7 +1166,8 @@ def array_joins(tree: exp.Expression, problems: list[Problem]) -> exp.Expression
 # Order matters: clauses first, then the calls inside them; date_truncs before functions adds its own.
 TRANSFORMS: tuple[Transform, ...] = (
     final_reads, with_fill, unsupported_clauses, array_joins, numbers_tables, array_indexes, frame_functions, prewhere, scalar_with, select_aliases, distinct_ifs, random_integers, boolean_aggregates, float_rounding,
-    boolean_literals, count_star, date_truncs, functions,
+    boolean_literals, count_star, date_truncs, date_diffs, weekdays, byte_strings, json_defaults,
+    in_arrays, format_datetimes, functions,
 )
 
 
@@ -862,7 +1204,8 @@ def unknown_functions(tree: exp.Expression) -> list[Problem]:
                               exp.CombinedParameterizedAgg):
         name = _call_name(node) or ""
         lowered = name.lower()
-        if lowered in SPARK_FUNCTIONS or lowered in ALL_AGGREGATES or split_clickhouse_name(name) is not None:
+        if lowered in SPARK_FUNCTIONS or lowered in ALL_AGGREGATES or split_clickhouse_name(name) is not None \
+                or name in MARKERS:
             continue
         if lowered in SPARK_TABLE_FUNCTIONS and isinstance(node.parent, exp.Table):
             continue

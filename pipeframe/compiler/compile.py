@@ -129,7 +129,7 @@ class CompiledPipe:
         """The statement for one request; parameters are validated and rendered as SQL literals."""
         from pipeframe.compiler.clickhouse import json_paths
         from pipeframe.compiler.limits import check_limit_values
-        from pipeframe.compiler.sql import parse_select, to_sql
+        from pipeframe.compiler.sql import parse_select, read_versions, to_sql
         from pipeframe.templating import render
 
         if not self.templated:
@@ -139,11 +139,13 @@ class CompiledPipe:
             if not pipe.templated:
                 return list(pipe.trees)
             trees = []
-            for name, _ in pipe.trees:
+            for index, (name, _) in enumerate(pipe.trees):
                 node = pipe.definition.node(name)
                 assert node is not None
                 text = render(node.sql, params, variables=pipe.variables, location=node.sql_location)
-                trees.append((name, json_paths(parse_select(text, node.sql_location), pipe.trees.json_columns)))
+                tree = read_versions(parse_select(text, node.sql_location, pipe.trees.types_of(index)),
+                                     dict(pipe.trees.versions))
+                trees.append((name, json_paths(tree, pipe.trees.json_columns)))
             return trees
 
         statement = self._statement(len(self.trees) - 1, rendered)  # type errors first, as each node renders
@@ -223,6 +225,9 @@ class NodeScan:
     parameters: tuple[Parameter, ...]
     tables: tuple[tuple[str, Location], ...]
     json_columns: frozenset[str] = frozenset()  # JSON columns of the datasources it reads (paths translated)
+    # The columns it reads (of datasources, and the names earlier nodes output) and their types, None when unknown:
+    # what ClickHouse's meaning depends on (defaults, rounding, "quoted" names); a parse again uses the same.
+    types: tuple[tuple[str, str | None], ...] = ()
 
 
 class CompileMemo(Protocol):
@@ -262,12 +267,20 @@ class Compiler:
         self.reads: dict[str, list[str]] = {}
         self.datasources: dict[str, CompiledDatasource] = {}
         self.pipes: dict[str, CompiledPipe] = {}
+        self.outputs: dict[str, tuple[str, ...] | None] = {}  # pipe -> the columns it outputs, when known
         self.unresolved: list[UnresolvedRead] = []
         # Datasource -> its ClickHouse JSON columns (stored as STRING; paths into them read as JSON).
         self.json_columns = {d.name: tuple(c.name for c in d.columns if c.written_type.upper().startswith("JSON"))
                              for d in resources.datasources}
         self.json_columns = {name: cols for name, cols in self.json_columns.items() if cols}
         self.replacing = {d.name: dedup for d in resources.datasources if (dedup := deduplication(d)) is not None}
+        # `x` -> `x__v3` where x.datasource (or .pipe) says VERSION 3 and nothing else is named `x`: reads of `x` read it.
+        names = set(self.datasource_defs) | set(self.pipe_defs)
+        self.versions = {stem: name for name in sorted(names) if (stem := _unversioned(name)) and stem not in names}
+        # Datasource -> its columns' Spark types, by lower-case name: what ClickHouse's defaults and rounding depend on.
+        self.table_types = {d.name: {c.name.lower(): c.type for c in d.columns if not c.aggregate_function}
+                            for d in resources.datasources}
+        self.types_key = fingerprint(self.table_types)  # a scan depends on the columns of what its nodes read
 
     # ------------------------------------------------------------------------------------------ driver
     def compile(self) -> CompiledProject:
@@ -380,43 +393,70 @@ class Compiler:
     def _scan_pipe(self, pipe: Pipe) -> tuple[NodeScan | tuple[Diagnostic, ...], ...]:
         """Each node rendered and parsed (or its problems), stopping after the output node; the same for the
         same pipe definition and project vars."""
-        return self._memo("scan", pipe.name, (self._source(pipe), self.variables, self.json_columns),
+        return self._memo("scan", pipe.name, (self._source(pipe), self.variables, self.json_columns, self.versions,
+                                              self.types_key),
                           lambda: tuple(self._scan(pipe)))
 
     def _scan(self, pipe: Pipe) -> Iterator[NodeScan | tuple[Diagnostic, ...]]:
         from pipeframe.compiler.clickhouse import json_paths
-        from pipeframe.compiler.sql import locate, parse_select, table_names
+        from pipeframe.compiler.sql import locate, parse_select, read_versions, table_names
         from pipeframe.templating import analyze
 
         output = pipe.output_node
+        earlier: dict[str, dict[str, str | None]] = {}  # earlier node -> its output names (types unknown)
         for node in pipe.nodes:
+            seen: dict[str, str | None] = {}
+
+            def types_of(tables: list[str], seen: dict[str, str | None] = seen) -> dict[str, str | None]:
+                found = self._types_for(tables)
+                for table in tables:
+                    for name in earlier.get(table, {}):
+                        found.setdefault(name, None)
+                seen.update(found)
+                return found
+
             try:
                 analysis = analyze(node.sql, variables=self.variables, location=node.sql_location)
-                tree = parse_select(analysis.sql, node.sql_location)
+                tree = read_versions(parse_select(analysis.sql, node.sql_location, types_of), self.versions)
             except PipeframeError as err:
                 yield tuple(err.diagnostics)
                 continue
             tables = table_names(tree)
             json = frozenset(c for t in tables for c in self.json_columns.get(t.name, ()))
             self.parsed[(pipe.name, node.name)] = tree = json_paths(tree, json)
+            earlier[node.name] = {name.lower(): None for name in getattr(tree, "named_selects", ()) if name != "*"}
             yield NodeScan(analysis.sql, analysis.parameters, tuple(
-                (table.name, locate(table, analysis.sql, node.sql_location)) for table in tables), json)
+                (table.name, locate(table, analysis.sql, node.sql_location)) for table in tables), json,
+                tuple(sorted(seen.items())))
             if node is output:
                 break
+
+    def _types_for(self, tables: list[str]) -> dict[str, str | None]:
+        """The column types a node reading `tables` sees (a name two tables type differently: unknown)."""
+        found: dict[str, str | None] = {}
+        for table in tables:
+            for name, type_ in self.table_types.get(table, {}).items():
+                found[name] = type_ if found.get(name, type_) == type_ else None
+        return found
 
     def _node_tree(self, pipe: Pipe, node: Node) -> NodeTree:
         """A scanned node with its tree, parsed again when the scan came from the check cache."""
         from pipeframe.compiler.incremental import NodeTree
-        from pipeframe.compiler.sql import parse_select
+        from pipeframe.compiler.sql import parse_select, read_versions
 
         scan = self.scans[(pipe.name, node.name)]
         tree = self.parsed.get((pipe.name, node.name))
         if tree is None:
             from pipeframe.compiler.clickhouse import json_paths
 
-            tree = json_paths(parse_select(scan.sql, node.sql_location), scan.json_columns)
+            tree = read_versions(parse_select(scan.sql, node.sql_location, self._scan_types(scan)), self.versions)
+            tree = json_paths(tree, scan.json_columns)
             self.parsed[(pipe.name, node.name)] = tree
-        return NodeTree(node, tree, scan.sql, node.sql_location, scan.json_columns)
+        return NodeTree(node, tree, scan.sql, node.sql_location, scan.json_columns, scan.types)
+
+    @staticmethod
+    def _scan_types(scan: NodeScan) -> dict[str, str | None]:
+        return dict(scan.types)
 
     # ------------------------------------------------------------------------------------------ memo
     def _memo(self, kind: str, name: str, inputs: object, step: Callable[[], _T]) -> _T:
@@ -476,7 +516,9 @@ class Compiler:
 
     def _columns_key(self, name: str) -> str | None:
         compiled = self.datasources.get(name)
-        return fingerprint(compiled.columns) if compiled else None
+        if compiled is None:  # a pipe read by name: its output columns
+            return fingerprint(self.outputs[name]) if name in self.outputs else None
+        return fingerprint(compiled.columns)
 
     def _ref(self, name: str, targets: Mapping[str, str]) -> ResourceKey:
         """What a name in SQL means: a datasource (or view target) wins over a pipe of the same name."""
@@ -623,13 +665,14 @@ class Compiler:
         if output.type != "materialized":
             self._check_finals(pipe, [n for n, scan in zip(nodes, scans) if "final" in scan.sql.lower()])
         tables = sorted({n for s in scans for n, _ in s.tables})
-        self._memo("columns", pipe.name, (self._source(pipe), self.variables,
-                                          [(name, self._columns_key(name)) for name in tables]),
-                   lambda: self._check_columns(pipe, nodes))
+        self.outputs[pipe.name] = self._memo("columns", pipe.name, (
+            self._source(pipe), self.variables, [(name, self._columns_key(name)) for name in tables]),
+            lambda: self._check_columns(pipe, nodes))
         parsed = [self.parsed.get((pipe.name, node.name)) for node in nodes]
         trees = ParsedNodes(tuple((node.name, scan.sql, node.sql_location) for node, scan in zip(nodes, scans)),
                             None if None in parsed else parsed,  # type: ignore[arg-type]
-                            frozenset().union(*(scan.json_columns for scan in scans)))
+                            frozenset().union(*(scan.json_columns for scan in scans)),
+                            tuple(scan.types for scan in scans), tuple(self.versions.items()))
         # A pipe without TYPE publishes its last node, as in Tinybird Classic.
         self.pipes[pipe.name] = CompiledPipe(
             pipe.name, pipe, output.type or "endpoint", tuple(self.reads.get(pipe.name, [])), parameters, templated,
@@ -673,29 +716,33 @@ class Compiler:
         what = f"FINAL on a {ds.engine} datasource is not supported yet (only ReplacingMergeTree deduplicates)."
         return what, "Read it without FINAL and aggregate in the query."
 
-    def _check_columns(self, pipe: Pipe, nodes: list[Node]) -> None:
-        """PF310: `alias.column` where the datasource, earlier node or subquery `alias` names has no such column."""
-        from sqlglot import exp
+    def _check_columns(self, pipe: Pipe, nodes: list[Node]) -> tuple[str, ...] | None:
+        """PF310: a column that no table, earlier node, CTE, subquery or alias a node reads has; the columns the pipe
+        outputs (None when they cannot be known), for the pipes that read it."""
+        from pipeframe.compiler.columns import resolve
+        from pipeframe.compiler.sql import locate_name
 
-        from pipeframe.compiler.columns import unknown_columns
-        from pipeframe.compiler.sql import locate
-
-        known: dict[str, tuple[str, ...] | None] = {
-            name: tuple(c.name for c in ds.columns) for name, ds in self.datasources.items()}
+        relations: dict[str, tuple[str, ...] | None] = {}
+        for node in nodes:
+            for name, _ in self.scans[(pipe.name, node.name)].tables:
+                if name.lower() not in relations:
+                    relations[name.lower()] = self._relation_columns(name)
+        outputs = None
         for node in nodes:
             nt = self._node_tree(pipe, node)
-            for unknown in unknown_columns(nt.tree, known):
-                hint = f"Did you mean `{unknown.source}.{unknown.close}`?" if unknown.close else \
-                    f"Use a column {unknown.relation} has."
-                self.sink.error("PF310", f"`{unknown.source}.{unknown.node.name}`: {unknown.relation} has no column "
-                                f"`{unknown.node.name}`.", hint,
-                                locate(unknown.node, nt.sql, nt.base, f"{unknown.source}.{unknown.node.name}"))
-            tree = nt.tree
-            outputs = None
-            if isinstance(tree, exp.Select) and not any(isinstance(p, exp.Star) or (
-                    isinstance(p, exp.Column) and isinstance(p.this, exp.Star)) for p in tree.expressions):
-                outputs = tuple(tree.named_selects)
-            known[node.name] = outputs
+            resolution = resolve(nt.tree, relations)
+            for unknown in resolution.unknown:
+                written = f"{unknown.qualifier}.{unknown.node.name}" if unknown.qualifier else unknown.node.name
+                self.sink.error("PF310", unknown.message, unknown.hint,
+                                locate_name(written, unknown.node, nt.sql, node.sql, nt.base))
+            outputs = relations[node.name.lower()] = resolution.outputs
+        return outputs
+
+    def _relation_columns(self, name: str) -> tuple[str, ...] | None:
+        """The columns a name in FROM reads, by name: a datasource's (a view's target as read), a pipe's output."""
+        if name in self.datasources:
+            return tuple(c.name for c in self.datasources[name].columns)
+        return self.outputs.get(name)
 
     def _parameters(self, pipe: Pipe) -> tuple[Parameter, ...]:
         params: dict[str, Parameter] = {}
@@ -713,7 +760,7 @@ class Compiler:
     def _compile_view(self, pipe: Pipe, nodes: list[Node], parameters: tuple[Parameter, ...]
                       ) -> tuple[CompiledView, CompiledDatasource | None]:
         """The verdict and plan of a materialized pipe, and its target as the plan writes it (None if rejected)."""
-        from pipeframe.compiler.incremental import ViewContext, check_view
+        from pipeframe.compiler.incremental import ViewContext, check_view, fold_projection
         from pipeframe.compiler.sql import locate, table_names
         from pipeframe.compiler.states import plan_view
 
@@ -722,7 +769,7 @@ class Compiler:
         if inlined:  # the inlined pipe runs without a request: its parameters are not this pipe's
             own = {param.name for node in nodes for param in self.scans[(pipe.name, node.name)].parameters}
             parameters = tuple(param for param in parameters if param.name in own)
-        node_trees = inlined + node_trees
+        node_trees, folded = fold_projection(inlined + node_trees)
         output = node_trees[-1].node
         target = output.datasource or ""
         for param in parameters:
@@ -735,7 +782,8 @@ class Compiler:
         upstream = self.datasources.get(trigger) if trigger else None
         upstream_states = {c.name: _state(c) for c in upstream.columns if c.state} if upstream else {}
         ctx = ViewContext(pipe, node_trees, target, trigger, [t for t in tables if t[0] != trigger],
-                          {k: v for k, v in upstream_states.items() if v is not None}, trigger)
+                          {k: v for k, v in upstream_states.items() if v is not None}, trigger,
+                          versions=tuple(self.versions.items()))
         problems = check_view(ctx)
         if trigger is not None and self._ref(trigger, self.targets).kind == "pipe" and trigger in self.pipe_defs:
             where = locate(tables[0][2], tables[0][1].sql, tables[0][1].base)
@@ -752,6 +800,8 @@ class Compiler:
             scope = self._trees_scope(base_scope, node_trees[:-1])
             try:
                 plan = plan_view(ctx, scope, star)
+                if folded is not None:
+                    plan = replace(plan, rewrites=(folded, *plan.rewrites))
             except PipeframeError as err:
                 self.sink.extend(err.diagnostics)
                 rejected = True
@@ -783,22 +833,24 @@ class Compiler:
         filters are left out); None when a node needs a parameter."""
         from pipeframe.compiler.clickhouse import json_paths
         from pipeframe.compiler.incremental import NodeTree
-        from pipeframe.compiler.sql import parse_select
+        from pipeframe.compiler.sql import parse_select, read_versions
         from pipeframe.templating import render
 
         if not upstream.templated:
             return [self._node_tree(upstream.definition, upstream.definition.node(name))  # type: ignore[arg-type]
                     for name, _ in upstream.trees]
         trees = []
-        for name, _ in upstream.trees:
+        for index, (name, _) in enumerate(upstream.trees):
             node = upstream.definition.node(name)
             assert node is not None
+            types = upstream.trees.types_of(index)
             try:
                 text = render(node.sql, {}, variables=upstream.variables, location=node.sql_location)
-                tree = json_paths(parse_select(text, node.sql_location), upstream.trees.json_columns)
+                tree = read_versions(parse_select(text, node.sql_location, types), self.versions)
+                tree = json_paths(tree, upstream.trees.json_columns)
             except PipeframeError:
                 return None
-            trees.append(NodeTree(node, tree, text, node.sql_location, upstream.trees.json_columns))
+            trees.append(NodeTree(node, tree, text, node.sql_location, upstream.trees.json_columns, tuple(types.items())))
         return trees
 
     def _inline_trigger_pipe(self, node_trees: list[NodeTree], depth: int = 0) -> list[NodeTree]:
@@ -819,21 +871,42 @@ class Compiler:
         return [*trees[:-len(own)], *(replace(nt, node=replace(nt.node, name=renames[nt.node.name]),
                                               tree=rename_tables(nt.tree, renames)) for nt in own)]
 
+    def _select_item(self, pipe: Pipe, name: str) -> Location:
+        """Where the materialized node's SELECT writes the output column `name` (its alias, or the `*` it comes
+        from)."""
+        from sqlglot import exp
+
+        from pipeframe.compiler.sql import locate, locate_name
+
+        node = pipe.output_node
+        assert node is not None
+        nt = self._node_tree(pipe, node)
+        for projection in nt.tree.selects if isinstance(nt.tree, exp.Query) else []:
+            if projection.alias_or_name == name:
+                return locate_name(name, projection, nt.sql, node.sql, nt.base)
+        star = nt.tree.find(exp.Star)
+        return locate(star, nt.sql, nt.base, "*") if star is not None else node.where("DATASOURCE")
+
     def _materialize_target(self, pipe: Pipe, target: str, plan: ViewPlan) -> CompiledDatasource:
         from pipeframe.compiler.types import is_safe_cast
 
         declared = self.datasource_defs.get(target)
         if declared is None:
             return CompiledDatasource(target, None, plan.columns, pipe.name)
-        node = pipe.output_node
-        where = node.where("DATASOURCE") if node else pipe.location
         declared_names = [c.name for c in declared.columns]
+        produced_names = {c.name for c in plan.columns}
+        unwritten = [name for name in declared_names if name not in produced_names]
+        renamed: set[str] = set()  # declared columns a misspelt SELECT item stands for: reported there
         columns: list[ViewColumn] = []
         for col in plan.columns:
             decl = declared.column(col.name)
             if decl is None:
+                close = difflib.get_close_matches(col.name, [n for n in unwritten if n not in renamed], n=1)
+                renamed.update(close)
+                hint = f"Did you mean `{close[0]}` (declared in {declared.path}, not written)? Rename the SELECT " \
+                    "item." if close else f"Add `{col.name}` to {declared.path} or drop it from the SELECT."
                 self.sink.error("PF308", f"The pipe writes column `{col.name}`, which target `{target}` does not "
-                                "declare.", f"Add `{col.name}` to {declared.path} or drop it from the SELECT.", where)
+                                "declare.", hint, self._select_item(pipe, col.name))
                 continue
             if decl.aggregate_function and not decl.simple_aggregate:
                 state = explicit_column_state(decl.aggregate_function)
@@ -852,15 +925,23 @@ class Compiler:
                                 "declare a type it safely widens to.", decl.location)
             physical = col.type if col.state else decl.type
             columns.append(ViewColumn(col.name, physical, col.state, col.params, decl.type, col.explicit))
-        produced_names = {c.name for c in plan.columns}
-        for name in declared_names:
-            if name not in produced_names:
+        for name in unwritten:
+            if name not in renamed:
                 decl = declared.column(name)
                 self.sink.error("PF308", f"Target `{target}` declares `{name}`, which the pipe does not produce.",
                                 f"Add `{name}` to the SELECT of {pipe.name} or remove it from {declared.path}.",
                                 decl.location if decl else declared.location)
         self._check_keys(declared, set(declared_names))
         return CompiledDatasource(target, spark_keys(declared), tuple(columns), pipe.name)
+
+
+_VERSIONED = re.compile(r"^(?P<stem>.+)__v\d+$")
+
+
+def _unversioned(name: str) -> str | None:
+    """`page_views__v3` → `page_views` (a VERSION-named resource), else None."""
+    match = _VERSIONED.match(name)
+    return match.group("stem") if match else None
 
 
 def _state(column: ViewColumn):
@@ -882,17 +963,33 @@ def _key_columns(text: str) -> tuple[str, ...] | None:
     return tuple(column.name for column in tree.find_all(exp.Column))
 
 
+# Delta clusters a table by at most this many columns: a longer ENGINE_SORTING_KEY clusters by its leading ones.
+MAX_CLUSTERING_COLUMNS = 4
+
+
 def spark_keys(ds: Datasource) -> Datasource:
     """The datasource as deploy writes it: a partition key or TTL written in ClickHouse (`toYYYYMM(ts)`,
-    `toDateTime(ts) + toIntervalDay(90)`) as its Spark SQL translation; the same object when there is none."""
-    changes = {name: _spark_key(text) for name, text in (("partition_key", ds.partition_key), ("ttl", ds.ttl))
-               if text and _spark_key(text) != text}
+    `toDateTime(ts) + toIntervalDay(90)`) as its Spark SQL translation, the sorting key as the clustering Delta takes
+    (its first 4 columns; ClickHouse prunes by the leading ones too); the same object when nothing changes. FINAL
+    reads keep the whole sorting key (they dedupe by the definition as written)."""
+    changes: dict[str, Any] = {name: _spark_key(text, name == "partition_key")
+                               for name, text in (("partition_key", ds.partition_key), ("ttl", ds.ttl))
+                               if text and _spark_key(text, name == "partition_key") != text}
+    if len(ds.sorting_key) > MAX_CLUSTERING_COLUMNS:
+        changes["sorting_key"] = ds.sorting_key[:MAX_CLUSTERING_COLUMNS]
     return replace(ds, **changes) if changes else ds
 
 
+# A partition key is a Delta generated column, which may not call timestamp_millis & co.: from_unixtime may.
+_GENERATED_EPOCHS = {"timestamp_seconds": "CAST(from_unixtime({0}) AS TIMESTAMP)",
+                     "timestamp_millis": "CAST(from_unixtime({0} DIV 1000) AS TIMESTAMP)",
+                     "timestamp_micros": "CAST(from_unixtime({0} DIV 1000000) AS TIMESTAMP)"}
+
+
 @lru_cache(maxsize=1024)
-def _spark_key(text: str) -> str:
-    """A key expression in Spark SQL; Spark SQL (and what cannot be read: `check` reports it) is kept as written."""
+def _spark_key(text: str, generated: bool = False) -> str:
+    """A key expression in Spark SQL (`generated`: as a Delta generated column may compute it); Spark SQL (and what
+    cannot be read: `check` reports it) is kept as written."""
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
@@ -909,7 +1006,16 @@ def _spark_key(text: str) -> str:
     except PipeframeError:
         return text
     projections = tree.expressions if hasattr(tree, "expressions") else []
-    return to_sql(projections[0]) if len(projections) == 1 else text
+    if len(projections) != 1:
+        return text
+    if generated:
+        from sqlglot import exp
+
+        for call in list(projections[0].find_all(exp.Anonymous)):
+            template = _GENERATED_EPOCHS.get(str(call.this).lower())
+            if template is not None and len(call.expressions) == 1:
+                call.replace(sqlglot.parse_one(template.format(call.expressions[0].sql(dialect=DIALECT)), read=DIALECT))
+    return to_sql(projections[0])
 
 
 def compile_project(resources: Resources, variables: Mapping[str, Any] | None = None,

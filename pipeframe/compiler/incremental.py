@@ -30,6 +30,7 @@ class NodeTree:
     sql: str
     base: Location
     json_columns: frozenset[str] = frozenset()  # read JSON columns whose paths the tree reads as JSON
+    types: tuple[tuple[str, str | None], ...] = ()  # the types of the columns it reads, by lower-case name
 
 
 @dataclass
@@ -46,6 +47,7 @@ class ViewContext:
     upstream_name: str | None = None
     problems: list[Diagnostic] = field(default_factory=list)
     walked: list[tuple[NodeTree, exp.Expression]] | None = None
+    versions: tuple[tuple[str, str], ...] = ()  # `x` → `x__v3`: how its nodes read VERSION-named resources
 
     @property
     def output(self) -> NodeTree:
@@ -319,7 +321,7 @@ def cascade_states(ctx: ViewContext) -> None:
             if call is not None and nt is out and select is not None:
                 comb = combinator(call)
                 if comb is not None:
-                    ok = comb[0].kind == state.kind and comb[1] == "MergeState"
+                    ok = comb[0].kind == state.kind and comb[1] in ("MergeState", "Merge")
                 else:
                     ok = call.name in state.rollup and not call.distinct
             if not ok:
@@ -338,6 +340,57 @@ def cascade_states(ctx: ViewContext) -> None:
                            f"Sum the upstream count column instead, e.g. sum(<count column of {upstream}>).",
                            out, agg)
                 return
+
+
+def fold_projection(trees: list[NodeTree]) -> tuple[list[NodeTree], str | None]:
+    """A materialized node that only picks columns of the node before it, which aggregates (or is SELECT DISTINCT):
+    `NODE agg: SELECT day, count() AS n FROM src GROUP BY day` then `NODE mv: SELECT day, n AS hits FROM agg` is the
+    one aggregating SELECT `SELECT day, count() AS hits FROM src GROUP BY day`, whose states the view keeps. Anything
+    more in the last node (a filter, a join, an aggregate of its own) stays as written, for the rules to judge."""
+    if len(trees) < 2:
+        return trees, None
+    *rest, inner, outer = trees
+    i, o = inner.tree, outer.tree
+    if not isinstance(i, exp.Select) or not isinstance(o, exp.Select) or aggregates_in(o):
+        return trees, None
+    if not (aggregates_in(i) or i.args.get("group") is not None or i.args.get("distinct")):
+        return trees, None
+    if any(o.args.get(k) for k in ("where", "group", "having", "distinct", "joins", "laterals", "with_", "limit",
+                                    "order", "qualify")):
+        return trees, None
+    source = o.args.get("from_")
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table) or table.name != inner.node.name or table.args.get("db"):
+        return trees, None
+    if any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star) for p in i.expressions):
+        return trees, None
+    produced = {p.alias_or_name: p.this if isinstance(p, exp.Alias) else p for p in i.expressions}
+    projections = []
+    for projection in o.expressions:
+        if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
+            projections.extend(p.copy() for p in i.expressions)
+            continue
+        value = projection.copy()
+        name = projection.alias_or_name
+        for column in list(value.find_all(exp.Column)):
+            if column.name not in produced or (column.table and column.table != table.alias_or_name):
+                return trees, None
+            replacement = produced[column.name].copy()
+            if column is value:
+                value = replacement
+            else:
+                column.replace(replacement)
+        body = value.this if isinstance(value, exp.Alias) else value
+        projections.append(exp.alias_(body, name, quoted=True))
+    merged = i.copy()
+    merged.set("expressions", projections)
+    from pipeframe.compiler.sql import to_sql
+
+    text = to_sql(merged)  # what a parse again (the check cache keeps text) reads back as this tree
+    folded = NodeTree(outer.node, merged, text, inner.base, inner.json_columns | outer.json_columns, inner.types)
+    what = "aggregates" if aggregates_in(i) or i.args.get("group") is not None else "is SELECT DISTINCT"
+    return [*rest, folded], (f"node `{inner.node.name}` {what} and `{outer.node.name}` picks its columns: one "
+                             "SELECT, whose states the view keeps")
 
 
 RULES: tuple[Callable[[ViewContext], None], ...] = (

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from pipeframe.compiler.aggregates import BY_PLAIN_NAME, state_type_for
+from pipeframe.compiler.aggregates import BY_PLAIN_NAME, returns_array, state_type_for
 from pipeframe.compiler.functions import call_of, combinator
 from pipeframe.compiler.sql import DIALECT
 from pipeframe.compiler.types import from_sqlglot
@@ -105,6 +105,10 @@ def _function_type(node: exp.Func, scope: Scope) -> str | None:
         return None
     arg_types = tuple(infer(a, scope) for a in call.args)
     comb = combinator(call)
+    quantile = call.name in ("percentile_approx", "approx_percentile") or (
+        comb is not None and comb[0].kind == "quantiles" and comb[1] in ("Merge", "Plain", "If"))
+    if quantile and returns_array([a.sql(dialect=DIALECT) for a in call.args[1:]]):
+        return "ARRAY<DOUBLE>"
     if comb is not None:
         state, form = comb
         if form in ("State", "StateIf", "MergeState"):

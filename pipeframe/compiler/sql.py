@@ -6,6 +6,7 @@ Also owns the ClickHouse-isms pipeframe accepts in SQL: parametric calls like `q
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 
 import sqlglot
 from sqlglot import exp
@@ -21,8 +22,18 @@ DIALECT = Dialect.get_or_raise("spark")
 PARAMETRIC_CALL = re.compile(r"\b(quantiles?(?:TDigest)?(?:State|Merge|MergeState|If|StateIf)?)\s*\(([^()]*)\)\s*\(")
 
 
+# `interval` as a name (`... AS interval`, `interval + INTERVAL 1 DAY`, `GROUP BY interval`), which the parsers would
+# read as the INTERVAL keyword: written quoted. The keyword is followed by an amount (`interval -7 day`), never these.
+INTERVAL_NAME = re.compile(r"(?i)(?<![\w`'\"])interval(?=\s*(?:[*/,)=<>]|$)|\s+(?:AS|FROM|ASC|DESC|WHERE)\b"
+                           r"|\s*[-+]\s*(?:INTERVAL\b|toInterval))", re.MULTILINE)
+INTERVAL_ALIAS = re.compile(r"(?i)(\bAS\s+)interval\b")
+
+
 def preprocess(sql: str) -> str:
-    """Rewrite ClickHouse parametric aggregate syntax into plain calls Spark's grammar accepts."""
+    """Rewrite ClickHouse parametric aggregate syntax into plain calls Spark's grammar accepts, and quote `interval`
+    where it is a name."""
+    if "nterval" in sql or "NTERVAL" in sql:
+        sql = INTERVAL_ALIAS.sub(r"\1`interval`", INTERVAL_NAME.sub("`interval`", sql))
     if "(" not in sql or not PARAMETRIC_CALL.search(sql):
         return sql
     out, pos = [], 0
@@ -37,7 +48,9 @@ def preprocess(sql: str) -> str:
         out.append(sql[pos: match.start()])
         # ClickHouse's plain quantile(p)(x) is approximate; Spark's quantile(x, p) would be the exact percentile.
         name = "quantiles" if match.group(1).lower() == "quantile" else match.group(1)
-        out.append(f"{name}({inner}, {match.group(2)})")
+        # quantiles…(p, ...)(x) returns an array, also of one quantile: its levels stay an array.
+        levels = f"array({match.group(2)})" if match.group(1).lower().startswith("quantiles") else match.group(2)
+        out.append(f"{name}({inner}, {levels})")
         pos = i
     out.append(sql[pos:])
     return "".join(out)
@@ -50,14 +63,22 @@ def position(sql: str, offset: int, base: Location) -> Location:
     return Location(base.path, base.line + line, base.col + col)
 
 
-def parse_select(sql: str, base: Location) -> exp.Expression:
+ColumnTypes = Mapping[str, str | None]  # column name, lower case → its Spark type
+# The column types of a node: given, or found from the tables it reads once they are known.
+TypesOf = ColumnTypes | Callable[[list[str]], ColumnTypes] | None
+
+
+def parse_select(sql: str, base: Location, types: TypesOf = None) -> exp.Expression:
     """Parse one SQL statement as Spark SQL, or as ClickHouse SQL translated to Spark (compiler/clickhouse.py) when
     Spark cannot read it or it shows ClickHouse; raises PipeframeError PF303 (syntax) or PF309 (no translation)
-    located at the offending token."""
+    located at the offending token. `types`, the types of the columns it reads, complete what ClickHouse's meaning
+    depends on (a type's default, how a float rounds)."""
     from pipeframe.compiler.clickhouse import (
+        boolean_aggregates,
         distinct_ifs,
         from_clickhouse,
         looks_clickhouse,
+        resolve_defaults,
         select_aliases,
         spark_intervals,
         translate_calls,
@@ -77,9 +98,13 @@ def parse_select(sql: str, base: Location) -> exp.Expression:
     except (RecursionError, ValueError) as exc:  # pathological input
         raise PipeframeError("PF303", f"SQL cannot be parsed: {type(exc).__name__}.",
                              "Simplify the query.", base) from None
-    if tree is not None and not looks_clickhouse(tree):
-        tree = spark_intervals(distinct_ifs(select_aliases(tree, [], spark_read=True), []))
+    # `f(params)(args)` is ClickHouse syntax: such a node is read as ClickHouse (`quantilesMerge(0.9)(x)[1]`).
+    if tree is not None and text == sql and not looks_clickhouse(tree) and not _quoted_names(text, tree, types):
+        tree = spark_intervals(distinct_ifs(boolean_aggregates(select_aliases(tree, [], spark_read=True), []), []))
         problems = unknown_functions(tree)
+        if callable(types):
+            types = types([table.name for table in table_names(tree)])
+        tree = resolve_defaults(tree, dict(types or {}))
     else:
         try:
             translated, problems = from_clickhouse(text)
@@ -91,10 +116,25 @@ def parse_select(sql: str, base: Location) -> exp.Expression:
             translated = translate_calls(tree, problems)  # type: ignore[arg-type]
             problems.extend(unknown_functions(translated))
         tree = _one_query([translated], base)
+        if callable(types):
+            types = types([table.name for table in table_names(tree)])
+        tree = resolve_defaults(tree, dict(types or {}))
     if problems:
         raise PipeframeError.many(Diagnostic("PF309", p.message, p.hint, locate(
             p.node, sql, base, None if "line" in (p.node.meta or {}) else p.keyword)) for p in problems)
     return tree
+
+
+DOUBLE_QUOTED = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"')
+
+
+def _quoted_names(text: str, tree: exp.Expression, types: TypesOf) -> bool:
+    """Whether the query double-quotes a column name of a table it reads (`SELECT "to" FROM email`): ClickHouse's
+    quoted identifier, where Spark would read a string."""
+    if '"' not in text or types is None:
+        return False
+    columns = types([table.name for table in table_names(tree)]) if callable(types) else types
+    return any(match.group(1).lower() in columns for match in DOUBLE_QUOTED.finditer(text))
 
 
 def _syntax_error(exc: ParseError, base: Location) -> PipeframeError:
@@ -139,6 +179,23 @@ def locate(node: exp.Expression, sql: str, base: Location, keyword: str | None =
     return base
 
 
+def locate_name(name: str, node: exp.Expression, sql: str, written: str, base: Location) -> Location:
+    """Where the name `name` (a column, `alias.column` as written) is in the file: `written` is the node's text as in
+    the file (a template before rendering), `sql` what was parsed. A whole-word match on the line the parser saw it
+    on, else the first in the text outside quotes, else the first at all (a `column()` default is a string)."""
+    pattern = re.compile(rf"(?<![\w.$]){re.escape(name)}(?!\w)", re.IGNORECASE)
+    parsed = locate(node, sql, base)
+    line = parsed.line - base.line
+    lines = written.split("\n")
+    if 0 <= line < len(lines) and (match := pattern.search(lines[line])):
+        return position(written, sum(len(text) + 1 for text in lines[:line]) + match.start(), base)
+    matches = list(pattern.finditer(written))
+    unquoted = [m for m in matches if written.count("'", 0, m.start()) % 2 == 0]
+    for match in unquoted or matches:
+        return position(written, match.start(), base)
+    return parsed
+
+
 def table_names(tree: exp.Expression) -> list[exp.Table]:
     """Tables a query reads, excluding names defined by its own CTEs."""
     ctes: set[str] = set()
@@ -167,6 +224,14 @@ def inline(ctes: list[tuple[str, exp.Query]], final: exp.Query) -> exp.Query:
     else:
         final.set("with_", exp.With(expressions=new))
     return final
+
+
+def read_versions(tree: exp.Expression, versions: Mapping[str, str]) -> exp.Expression:
+    """A read of `x` where the project has `x` only as a versioned resource (`VERSION 3` in x.datasource: named
+    `x__v3`) reads that one, as Tinybird resolves it."""
+    if versions and any(t.name in versions and not t.args.get("db") for t in tree.find_all(exp.Table)):
+        return rename_tables(tree, dict(versions))
+    return tree
 
 
 def rename_tables(tree: exp.Expression, renames: dict[str, str]) -> exp.Expression:

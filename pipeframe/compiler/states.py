@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 
-from pipeframe.compiler.aggregates import BY_KIND, BY_PLAIN_NAME, AggregateState, state_type_for
+from pipeframe.compiler.aggregates import BY_KIND, BY_PLAIN_NAME, AggregateState, returns_array, state_type_for
 from pipeframe.compiler.functions import aggregates_in, call_of, combinator
 from pipeframe.compiler.incremental import ViewContext, unfiltered
 from pipeframe.compiler.infer import Scope, infer
@@ -20,13 +20,9 @@ VALUE_TYPES = {"count": "BIGINT", "count_if": "BIGINT", "avg": "DOUBLE", "uniq":
 
 
 def _params_of(call_args: tuple[exp.Expression, ...]) -> list[str]:
-    params: list[str] = []
-    for arg in call_args:
-        if isinstance(arg, exp.Array) or isinstance(arg, exp.Anonymous) and str(arg.this).lower() == "array":
-            params.extend(to_sql(e) for e in arg.expressions)
-        else:
-            params.append(to_sql(arg))
-    return params
+    """Parameters as written: an array stays one parameter (`quantiles(0.9)(x)` is an array of one quantile, as
+    preprocessed into `quantiles(x, array(0.9))`; `quantile(0.9)(x)` is a number)."""
+    return [to_sql(arg) for arg in call_args]
 
 
 def combinator_arguments(state: AggregateState, form: str, call_args: tuple[exp.Expression, ...],
@@ -113,9 +109,13 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         assert call is not None
         arg_types = tuple(infer(a, scope) for a in call.args)
         comb = combinator(call)
-        if comb is not None and comb[1] == "MergeState":
+        if comb is not None and comb[1] in ("MergeState", "Merge"):
+            # xMerge(col) over states (a view's target), grouped again, stores their merge, as xMergeState does;
+            # reading the target by name finalizes it, so it answers what xMerge answers.
             replacements[index] = filtered(state.combine_sql(args[0]), condition)
             physical = arg_types[0] if arg_types else None
+            if comb[1] == "Merge":
+                note = f"{name}: {call.written}(…) → a merge of the {state.kind} states (finalized when read)"
         else:
             replacements[index] = filtered(state.state_sql(args, params), condition)
             physical = state_type_for(state, arg_types)
@@ -124,7 +124,7 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
             value_type = physical
         elif state.kind in ("min", "max", "any", "arg_max", "arg_min"):
             value_type = arg_types[0] if arg_types else None
-        if state.kind == "quantiles" and len(params) > 1:
+        if state.kind == "quantiles" and returns_array(params):
             value_type = "ARRAY<DOUBLE>"
         if not explicit and not note:
             kept = " FILTER (WHERE …)" if condition is not None else ""
@@ -137,7 +137,8 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
         columns.append(ViewColumn(name, physical, state.kind, tuple(params), value_type, explicit))
 
     nodes = ParsedNodes(tuple((nt.node.name, nt.sql, nt.base) for nt in ctx.nodes), [nt.tree for nt in ctx.nodes],
-                        frozenset().union(*(nt.json_columns for nt in ctx.nodes)))
+                        frozenset().union(*(nt.json_columns for nt in ctx.nodes)), tuple(nt.types for nt in ctx.nodes),
+                        ctx.versions)
     select = StateSelect(nodes, tuple(replacements.items()), distinct_to_group, ctx.trigger)
     return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, select,
                     row_count)

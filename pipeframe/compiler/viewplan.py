@@ -51,18 +51,26 @@ class ParsedNodes(Sequence["tuple[str, exp.Query]"]):
     where it starts in the file, so nothing is parsed until a caller asks for a tree or for SQL."""
 
     def __init__(self, texts: tuple[tuple[str, str, Location], ...], trees: Sequence[exp.Query] | None = None,
-                 json_columns: frozenset[str] = frozenset()):
+                 json_columns: frozenset[str] = frozenset(),
+                 types: tuple[tuple[tuple[str, str | None], ...], ...] = (),
+                 versions: tuple[tuple[str, str], ...] = ()):
         self.texts = texts  # (node name, analysis-mode SQL, where the SQL starts)
         self.json_columns = json_columns  # JSON columns of the datasources read: paths into them are translated
+        self.types = types  # per node, the types of the columns it reads (ClickHouse's defaults depend on them)
+        self.versions = versions  # `x` → `x__v3`: VERSION-named resources read by their unversioned name
         self._pairs = None if trees is None else [(name, tree) for (name, _, _), tree in zip(texts, trees)]
+
+    def types_of(self, index: int) -> dict[str, str | None]:
+        return dict(self.types[index]) if index < len(self.types) else {}
 
     def _parsed(self) -> list[tuple[str, exp.Query]]:
         if self._pairs is None:
             from pipeframe.compiler.clickhouse import json_paths
-            from pipeframe.compiler.sql import parse_select  # the texts parsed once already: this cannot fail
+            from pipeframe.compiler.sql import parse_select, read_versions  # parsed once already: cannot fail
 
-            self._pairs = [(name, json_paths(parse_select(sql, base), self.json_columns))  # type: ignore[misc]
-                           for name, sql, base in self.texts]
+            self._pairs = [(name, json_paths(read_versions(parse_select(sql, base, self.types_of(index)),  # type: ignore[misc]
+                                                           dict(self.versions)), self.json_columns))
+                           for index, (name, sql, base) in enumerate(self.texts)]
         return self._pairs
 
     def __len__(self) -> int:
@@ -78,11 +86,11 @@ class ParsedNodes(Sequence["tuple[str, exp.Query]"]):
     def __iter__(self) -> Iterator[tuple[str, exp.Query]]:
         return iter(self._parsed())
 
-    def __getstate__(self) -> tuple[tuple[tuple[str, str, Location], ...], frozenset[str]]:
-        return self.texts, self.json_columns
+    def __getstate__(self) -> tuple[object, ...]:
+        return self.texts, self.json_columns, self.types, self.versions
 
-    def __setstate__(self, state: tuple[tuple[tuple[str, str, Location], ...], frozenset[str]]) -> None:
-        (self.texts, self.json_columns), self._pairs = state, None
+    def __setstate__(self, state: tuple) -> None:  # type: ignore[type-arg]
+        (self.texts, self.json_columns, self.types, self.versions), self._pairs = state, None
 
 
 @dataclass(frozen=True)

@@ -83,17 +83,20 @@ def not_supported_yet(sink: DiagnosticSink, st: Statement, what: str, hint: str)
 
 
 def parse_token(st: Statement, default_scope: str, sink: DiagnosticSink) -> Token | None:
-    match = re.fullmatch(r"""["']?([A-Za-z0-9_.:-]+)["']?(?:\s+(READ|APPEND))?""", st.value.strip(), re.IGNORECASE)
-    scoped = re.fullmatch(r"""["']?([A-Za-z0-9_.:-]+)["']?\s+([A-Z_]+)""", st.value.strip())
+    # A name bare, or quoted (then it may hold spaces: `TOKEN "read pipes token" READ`, as Tinybird takes it).
+    name = r"""(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_.:-]+))"""
+    match = re.fullmatch(name + r"(?:\s+(READ|APPEND))?", st.value.strip(), re.IGNORECASE)
+    scoped = re.fullmatch(name + r"\s+([A-Z_]+)", st.value.strip())
     if match is None and scoped is not None:  # Tinybird's other scopes (CREATE, DROP, ...)
-        not_supported_yet(sink, st, f"Token scope {scoped.group(2)}",
+        not_supported_yet(sink, st, f"Token scope {scoped.group(4)}",
                           "pipeframe tokens READ (pipes) and APPEND (datasources); grant those, or remove the line.")
         return None
     if match is None:
         sink.error("PF101", f"TOKEN line `{st.value}` is not understood.",
                    f'Write TOKEN "name" {default_scope}.', st.location)
         return None
-    return Token(match.group(1), (match.group(2) or default_scope).upper(), st.location)  # type: ignore[arg-type]
+    token = next(group for group in match.groups()[:3] if group is not None)
+    return Token(token, (match.group(4) or default_scope).upper(), st.location)  # type: ignore[arg-type]
 
 
 def _single_value(st: Statement, sink: DiagnosticSink) -> str:
@@ -130,7 +133,8 @@ def parse_schema(st: Statement, sink: DiagnosticSink) -> tuple[Column, ...]:
     text, starts = "", []
     for line in lines:
         starts.append((len(text), line.location))
-        text += line.text + "\n"
+        # A `#` line between columns is a comment (Tinybird reads it so); kept as blank space, positions unchanged.
+        text += (" " * len(line.text) if line.text.lstrip().startswith("#") else line.text) + "\n"
 
     def locate(offset: int) -> Location:
         base, loc = starts[0]
@@ -267,6 +271,8 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
             if value not in ("skip", "auto"):
                 sink.error("PF101", f"BACKFILL `{value}` is not understood.", "Write `BACKFILL skip`.", st.location)
             fields["backfill"] = value if value == "skip" else None
+        elif kw == "VERSION":
+            name = versioned(path.stem, st, sink)
         elif kw.startswith("ENGINE_"):
             settings.append((kw, _engine_value(st, sink)))
     if "SCHEMA" not in where:
@@ -316,6 +322,8 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
         if kw == "NODE":
             finish()
             name = st.value.strip()
+            if len(name) > 2 and name[0] == name[-1] and name[0] in "\"'":  # `NODE "daily"`, as Tinybird takes it
+                name = name[1:-1]
             node = {"name": name, "location": st.location, "where": {}}
             if not is_identifier(name):
                 sink.error("PF104", f"Node name `{name}` is not a valid identifier.",
@@ -334,6 +342,8 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
                 continue
             if kw == "DESCRIPTION":
                 pipe_fields["description"] = st.text.strip()
+            elif kw == "VERSION":
+                pipe_fields["name"] = versioned(path.stem, st, sink)
             elif kw == "TOKEN":
                 token = parse_token(st, "READ", sink)
                 if token:
@@ -354,8 +364,18 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
     for extra in typed[1:]:
         sink.error("PF304", f"Node `{extra.name}` has a TYPE, but node `{typed[0].name}` already has one.",
                    "Keep TYPE on one node only (usually the last).", extra.where("TYPE"))
-    return Pipe(name=path.stem, path=display, location=Location(display), nodes=tuple(nodes),
-                tokens=tuple(tokens), **pipe_fields)
+    pipe_fields.setdefault("name", path.stem)
+    return Pipe(path=display, location=Location(display), nodes=tuple(nodes), tokens=tuple(tokens), **pipe_fields)
+
+
+def versioned(stem: str, st: Statement, sink: DiagnosticSink) -> str:
+    """`VERSION n`: Tinybird names the resource `<file name>__v<n>`, and other pipes read it by that name."""
+    value = st.value.strip()
+    if not value.isdigit():
+        sink.error("PF101", f"VERSION `{value}` is not a whole number.", "Write `VERSION 1`, or remove the line.",
+                   st.location)
+        return stem
+    return f"{stem}__v{int(value)}"
 
 
 def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], sink: DiagnosticSink) -> None:

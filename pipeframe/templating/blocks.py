@@ -10,7 +10,8 @@ import re
 
 from pipeframe.templating.errors import TemplateError
 
-_PERCENT_LINE = re.compile(r"((?:[ \t]*\r?\n)*)[ \t]*%[ \t]*(?=\r?\n|\Z)")
+# The marker alone on its line, or followed by the SQL (`% SELECT ...`, which Tinybird accepts too).
+_PERCENT_LINE = re.compile(r"\A((?:[ \t]*\r?\n)*)[ \t]*%(?:[ \t]*(?=\r?\n|\Z)|(?P<inline>(?=[ \t]+[^\s%{])))")
 _ANY_END = re.compile(r"\{%[-+]?\s*end\b")
 _TAG = re.compile(r"\{#.*?#\}|\{%[-+]?\s*(?P<name>[A-Za-z_]\w*)(?P<body>.*?)%\}", re.DOTALL)
 _ENDRAW = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
@@ -23,8 +24,9 @@ def has_percent_line(sql: str) -> bool:
 
 
 def strip_percent_line(sql: str) -> str:
-    """Blank out a leading `%` line (Tinybird's templated-node marker), keeping the line count."""
-    return _PERCENT_LINE.sub(lambda match: match.group(1), sql, count=1)
+    """Blank out a leading `%` (Tinybird's templated-node marker), keeping the line count and every column."""
+    return _PERCENT_LINE.sub(lambda match: match.group(0).replace("%", " ") if match.group("inline") is not None
+                             else match.group(1), sql, count=1)
 
 
 def position(source: str, offset: int) -> tuple[int, int]:

@@ -5,6 +5,7 @@ Each declares a parameter (for analysis) and turns its request value into a chec
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -187,6 +188,8 @@ def Array(
 ) -> TypedValue:
     """`Array(ids, 'Int', default='1,2')`: a comma-separated list (or a Python list) of checked items."""
     _type = argument(_type)
+    if callable(_type) and getattr(_type, "__name__", None) in SCALAR_TYPES:
+        _type = _type.__name__  # `Array(ids, String)`: the type named by its function, as Tinybird accepts
     if not isinstance(_type, str) or _type not in SCALAR_TYPES:
         raise TemplateError(
             "PF201",
@@ -205,5 +208,39 @@ def Array(
 
 Array.takes_param_refs = True  # type: ignore[attr-defined]
 
-TYPED_FUNCTIONS: dict[str, Callable[..., TypedValue]] = {kind: _typed_function(kind) for kind in sorted(SCALAR_TYPES)}
+@pass_context
+def JSON(context: Context, x: Any, default: Any = None, description: str | None = None,
+         required: bool = False) -> Any:
+    """`{% for f in JSON(filters, '[]') %}`: a request value that is JSON text, as the lists and objects it holds,
+    for the template's own logic (each value still reaches the SQL through a typed function). Analysis reads the
+    default."""
+    state = state_of(context)
+    default, description, required = argument(default), argument(description), argument(required)
+    name = param_name(x)
+    if name is not None:
+        state.declare(Parameter(name, "String", _frozen(default), str(description or ""), bool(required)))
+    raw, passed = passed_value(x)
+    if state.mode is not Mode.RENDER:  # analysis: the default (a passed value there is only a stand-in)
+        raw = default
+    elif not passed:
+        if required:
+            raise missing_parameter(name, required=True)
+        raw = default
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        subject = f"Parameter `{name}`" if name else "The value"
+        raise TemplateError("PF202", f"{subject} must be JSON, got {shown(raw)}.",
+                            f"Pass JSON text, e.g. {name or 'x'}=[{{\"field\": \"country\"}}].",
+                            parameter=name) from None
+
+
+JSON.takes_param_refs = True  # type: ignore[attr-defined]
+
+TYPED_FUNCTIONS: dict[str, Callable[..., Any]] = {kind: _typed_function(kind) for kind in sorted(SCALAR_TYPES)}
 TYPED_FUNCTIONS["Array"] = Array
+TYPED_FUNCTIONS["JSON"] = JSON

@@ -284,8 +284,9 @@ CATALOG = (
     Aggregate("uniq", ("approx_count_distinct(u)", "uniq(u)"), "uniqState(u)", "uniqMerge({c})", "count(DISTINCT u)", hll),
     Aggregate("uniq_exact", ("count(DISTINCT u)", "uniqExact(u)"), "uniqExactState(u)", "uniqExactMerge({c})",
               "count(DISTINCT u)", exact),
+    # quantileMerge (one level, a number): quantilesMerge({p}) is an array of one, as in ClickHouse.
     Aggregate("quantile", ("percentile_approx(lat, {p})", "approx_percentile(lat, {p})", "quantile({p})(lat)"), "quantilesState({p})(lat)",
-              "quantilesMerge({p})({c})", "percentile_approx(lat, array({lo}, {hi}), 1000000)", quantile),
+              "quantileMerge({p})({c})", "percentile_approx(lat, array({lo}, {hi}), 1000000)", quantile),
     Aggregate("arg_max", ("max_by(y, ts)", "argMax(y, ts)"), "argMaxState(y, ts)", "argMaxMerge({c})",
               "max_by(y, ts)", exact),
     Aggregate("arg_min", ("min_by(x, ts)", "argMin(x, ts)"), "argMinState(x, ts)", "argMinMerge({c})",

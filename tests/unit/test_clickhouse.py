@@ -39,7 +39,8 @@ def transformed(transform: ch.Transform, sql: str) -> tuple[str, list[ch.Problem
     ("parseDateTimeBestEffortOrNull(s)", "DATE_TRUNC('SECOND', TRY_CAST(s AS TIMESTAMP))"),
     ("toString(n)", "CAST(n AS STRING)"),
     ("toUInt32(n)", "CAST(n AS BIGINT)"),
-    ("toFloat64OrZero(s)", "COALESCE(TRY_CAST(s AS DOUBLE), CAST(0 AS DOUBLE))"),
+    # numbers read from text as ClickHouse reads them: a sign and digits, no spaces (Spark's casts trim them)
+    ("toInt32OrZero(s)", "COALESCE(TRY_CAST(IF(s RLIKE '^[+-]?[0-9]+$', s, NULL) AS INT), CAST(0 AS INT))"),
     ("fromUnixTimestamp64Milli(ms)", "timestamp_millis(ms)"),
     ("toYYYYMM(ts)", "(YEAR(ts) * 100 + MONTH(ts))"),
     ("toIntervalDay(90)", "make_dt_interval(90)"),
@@ -50,11 +51,15 @@ def transformed(transform: ch.Transform, sql: str) -> tuple[str, list[ch.Problem
     ("toStartOfInterval(ts, INTERVAL 10 minute)", "timestamp_seconds(FLOOR(UNIX_TIMESTAMP(ts) / 600) * 600)"),
     ("multiIf(a > 1, 'big', a > 0, 'small', 'none')",
      "CASE WHEN a > 1 THEN 'big' WHEN a > 0 THEN 'small' ELSE 'none' END"),
-    ("path(url)", "COALESCE(PARSE_URL(url, 'PATH'), '')"),
+    ("path(url)", "COALESCE(try_parse_url(url, 'PATH'), '')"),  # an invalid URL is '', not a failed query
+    ("encodeURLFormComponent(s)", "REPLACE(REPLACE(url_encode(s), '%7E', '~'), '*', '%2A')"),
+    ("toLowCardinality(s)", "s"),
+    ("toTimeZone(ts, 'Europe/Madrid')", "FROM_UTC_TIMESTAMP(CAST(ts AS TIMESTAMP), 'Europe/Madrid')"),
+    ("multiSearchAny(s, ['a', 'b'])", "EXISTS(ARRAY('a', 'b'), needle -> LOCATE(needle, s) > 0)"),
     ("groupUniqArray(x)", "COLLECT_SET(x)"),
     ("arrayStringConcat(a)", "ARRAY_JOIN(a, '')"),
-    ("range(3)", "SEQUENCE(0, 3 - 1)"),
-    ("range(1, 31, 2)", "SEQUENCE(1, 31 - 1, 2)"),
+    ("range(3)", "IF(3 > 0, SEQUENCE(0, 3 - 1), SLICE(ARRAY(0), 1, 0))"),  # empty when the end is not past the start
+    ("range(1, 31, 2)", "IF(31 > 1, SEQUENCE(1, 31 - 1, 2), SLICE(ARRAY(1), 1, 0))"),
     ("sumSimpleState(x)", "SUM(x)"),
     ("countDistinct(x)", "COUNT(DISTINCT x)"),
     ("extractAll(s, 'id=([0-9]+)')", "REGEXP_EXTRACT_ALL(s, 'id=([0-9]+)')"),
@@ -84,9 +89,11 @@ def test_to_start_of_interval_needs_a_constant_sub_month_interval():
     # ClickHouse reads numbers as conditions, Spark does not.
     (ch.boolean_literals, "SELECT a FROM t WHERE 1 AND a > 2", "SELECT a FROM t WHERE TRUE AND a > 2"),
     (ch.prewhere, "SELECT a FROM t PREWHERE a > 1 WHERE b = 2", "SELECT a FROM t WHERE a > 1 AND b = 2"),
-    # 1-based, negative from the end, NULL out of range; a map key stays a key.
+    # 1-based, negative from the end, the element type's default out of range or at 0; a map key stays a key.
     (ch.array_indexes, "SELECT a[1], a[-1], a[i], m['key'] FROM t",
-     "SELECT try_element_at(a, 1), try_element_at(a, -1), try_element_at(a, CAST(i AS INT)), m['key'] FROM t"),
+     ("SELECT COALESCE(try_element_at(a, 1), __pf_zero_element(a)), COALESCE(try_element_at(a, -1), "
+     "__pf_zero_element(a)), COALESCE(IF(CAST(i AS INT) = 0, NULL, TRY_ELEMENT_AT(a, CAST(i AS INT))), "
+     "__pf_zero_element(a)), m['key'] FROM t")),
     # A condition is 0 or 1 in ClickHouse.
     (ch.boolean_aggregates, "SELECT avg(x = 'high'), sum(a > 0 AND b), sum(a) FROM t",
      "SELECT AVG(CAST(x = 'high' AS INT)), SUM(CAST(a > 0 AND b AS INT)), SUM(a) FROM t"),
@@ -139,7 +146,8 @@ def test_an_alias_is_visible_in_the_whole_select_as_in_clickhouse():
 
 def test_a_filter_on_an_array_join_alias_filters_around_the_query():
     assert spark("SELECT arrayJoin(arrayMap(x -> toDate(x), range(0, 10, 2))) AS d WHERE d <= today()") == (
-        "SELECT * FROM (SELECT EXPLODE(TRANSFORM(SEQUENCE(0, 10 - 1, 2), x -> CAST(x AS DATE))) AS d) "
+        "SELECT * FROM (SELECT EXPLODE(TRANSFORM(IF(10 > 0, SEQUENCE(0, 10 - 1, 2), SLICE(ARRAY(0), 1, 0)), "
+        "x -> CAST(x AS DATE))) AS d) "
         "AS _array_join_rows "
         "WHERE d <= CURRENT_DATE")
 
@@ -168,7 +176,9 @@ def test_array_join_is_a_lateral_view_of_explode():
     sql, found = transformed(ch.array_joins, "SELECT d, p FROM t ARRAY JOIN products AS p WHERE p != ''")
     assert (sql, found) == ("SELECT d, p FROM t LATERAL VIEW EXPLODE(products) _array_join0 AS p WHERE p <> ''", [])
     sql, _ = transformed(ch.array_joins, "SELECT p FROM t LEFT ARRAY JOIN products AS p")
-    assert sql == "SELECT p FROM t LATERAL VIEW OUTER EXPLODE(products) _array_join0 AS p"
+    # an empty array gives one row with the element type's default (written once the types are known)
+    assert sql == "SELECT p FROM t LATERAL VIEW EXPLODE(IF(SIZE(products) > 0, products, " \
+        "ARRAY(__pf_zero_element(products)))) _array_join0 AS p"
     _, found = transformed(ch.array_joins, "SELECT products FROM t ARRAY JOIN products")
     assert [p.message for p in found] == [
         "`ARRAY JOIN` of several arrays, or of an array under its own name, is not supported yet."]
@@ -177,7 +187,9 @@ def test_array_join_is_a_lateral_view_of_explode():
 def test_lag_in_frame_is_lag_when_the_frame_holds_the_earlier_rows():
     sql, found = transformed(ch.frame_functions, "SELECT lagInFrame(ts) OVER (ORDER BY ts), leadInFrame(ts, 1) OVER "
                              "(ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) FROM t")
-    expected = "SELECT lag(ts) OVER (ORDER BY ts NULLS LAST), lead(ts, 1) OVER (ORDER BY ts NULLS LAST) FROM t"
+    # outside the frame ClickHouse gives the type's default (written once the types are known), not NULL
+    expected = "SELECT lag(ts, 1, __pf_zero(ts)) OVER (ORDER BY ts NULLS LAST), lead(ts, 1, __pf_zero(ts)) OVER " \
+        "(ORDER BY ts NULLS LAST) FROM t"
     assert (sql, found) == (expected, [])
     _, found = transformed(ch.frame_functions, "SELECT leadInFrame(ts) OVER (ORDER BY ts) FROM t")
     assert [p.message for p in found] == [
@@ -210,7 +222,7 @@ def test_numbers_is_spark_range_with_a_number_column():
     ("SELECT d FROM t ORDER BY d WITH FILL",
      "`WITH FILL` without STEP is not supported yet (ClickHouse's default step depends on the key's type)."),
     ("SELECT d FROM t ORDER BY d DESC WITH FILL FROM 9 TO 1 STEP 1",
-     "`ORDER BY ... DESC WITH FILL FROM/TO` is not supported yet."),
+     "`ORDER BY ... DESC WITH FILL` needs a negative STEP (ClickHouse refuses a positive one)."),
     ("SELECT d + 1 AS e FROM t ORDER BY d WITH FILL STEP 1",
      "`WITH FILL` on a key that is not a named output column of the SELECT is not supported yet."),
     ("SELECT * FROM t ORDER BY d WITH FILL STEP 1",
@@ -290,7 +302,8 @@ def test_replace_regexp_one_replaces_the_first_match_and_url_hierarchy_cuts_the_
         "SELECT REGEXP_REPLACE(title, CONCAT('^((?s).*?)(?:', '\\\\d+', ')'), CONCAT('$1', '#')) AS t FROM t")
     sql = spark("SELECT URLHierarchy(href)[1] AS first FROM t")
     assert sql.startswith("SELECT TRY_ELEMENT_AT(IF(href RLIKE '^[A-Za-z0-9+.-]+://', TRANSFORM(SEQUENCE(1, SIZE(")
-    assert "ARRAY_JOIN(SLICE(REGEXP_EXTRACT_ALL(href, " in sql and sql.endswith("ARRAY()), 1) AS first FROM t")
+    assert "ARRAY_JOIN(SLICE(REGEXP_EXTRACT_ALL(href, " in sql
+    assert sql.endswith("SLICE(ARRAY(href), 1, IF(href = '', 0, 1))), 1) AS first FROM t")  # no protocol: itself
 
 
 FILLED = "CASE WHEN `_pf_fill_rows`.`{k}` IS NULL AND NOT _pf_fill._pf_fill_key IS NULL THEN {d} ELSE `_pf_fill_rows`.`{c}` END"
@@ -322,10 +335,12 @@ def test_with_fill_from_is_inclusive_to_exclusive_and_defaults_follow_the_type()
         "ON _pf_fill._pf_fill_key = `_pf_fill_rows`.`n` ORDER BY `n` NULLS LAST")
 
 
-def test_with_fill_descending_steps_down_from_the_greatest_key():
-    sql = "SELECT n, count() AS c FROM t GROUP BY n ORDER BY n DESC WITH FILL STEP 5"
-    assert "SEQUENCE(MAX(`_pf_fill_rows`.`n`), MIN(`_pf_fill_rows`.`n`), -(5))" in spark(sql)
+def test_with_fill_descending_steps_down_from_the_greatest_key_or_from_to_exclusive():
+    sql = "SELECT n, count() AS c FROM t GROUP BY n ORDER BY n DESC WITH FILL STEP -5"
+    assert "SEQUENCE(MAX(`_pf_fill_rows`.`n`), MIN(`_pf_fill_rows`.`n`), -5)" in spark(sql)
     assert spark(sql).endswith("ORDER BY `n` DESC")
+    sql = "SELECT n, count() AS c FROM t GROUP BY n ORDER BY n DESC WITH FILL FROM 9 TO 1 STEP -2"
+    assert "FILTER(SEQUENCE(9, 1, -2), _pf_v -> _pf_v > 1)" in spark(sql)
 
 
 def test_with_fill_keeps_the_query_ctes_outside_and_no_cte_of_its_own():
@@ -345,3 +360,37 @@ def test_an_aggregate_alias_used_outside_an_aggregate_is_the_alias_in_spark_sql_
     # grouped by that name, the column is Spark's meaning and stays
     assert spark("SELECT visits, count(*) AS n, n + visits AS m FROM hits GROUP BY visits") == (
         "SELECT visits, COUNT(*) AS n, COUNT(*) + visits AS m FROM hits GROUP BY visits")
+
+
+@pytest.mark.parametrize(("types", "expected"), [
+    # the columns' types known: ClickHouse's defaults of those types, and a float column rounds half to even
+    ({"a": "ARRAY<INT>", "s": "ARRAY<STRING>", "x": "INT", "f": "DOUBLE", "d": "DECIMAL(10,2)"},
+     ("SELECT COALESCE(TRY_ELEMENT_AT(a, 1), CAST(0 AS INT)), COALESCE(TRY_ELEMENT_AT(s, 2), ''), "
+     "LAG(x, 1, CAST(0 AS INT)) OVER (ORDER BY x NULLS LAST), (BROUND((f) * 1E2) / 1E2), ROUND(d, 2) FROM t")),
+    # unknown: NULL, and Spark's round
+    ({}, ("SELECT TRY_ELEMENT_AT(a, 1), TRY_ELEMENT_AT(s, 2), LAG(x, 1, NULL) OVER (ORDER BY x NULLS LAST), "
+         "ROUND(f, 2), ROUND(d, 2) FROM t")),
+])
+def test_what_depends_on_a_type_is_written_with_the_columns_types(types, expected):
+    sql = "SELECT a[1], s[2], lagInFrame(x) OVER (ORDER BY x), round(f, 2), round(d, 2) FROM t"
+    assert to_sql(parse_select(sql, BASE, types)) == expected
+
+
+def test_clickhouse_aliases_named_after_their_column_are_read_everywhere_else():
+    # `sum(p) AS p` then `p` elsewhere: the alias (ClickHouse); inside its own expression, the column
+    assert spark("SELECT toDate(ts) AS ts, sum(p) AS p, if(p = 0, 0, c / p) AS rate, count() AS n FROM t "
+                 "WHERE ts > '2024-01-01' GROUP BY ts") == (
+        "SELECT CAST(ts AS DATE) AS ts, SUM(p) AS p, IF(SUM(p) = 0, 0, c / SUM(p)) AS rate, COUNT(*) AS n FROM t "
+        "WHERE CAST(ts AS DATE) > '2024-01-01' GROUP BY CAST(ts AS DATE)")
+    # read as Spark SQL (no ClickHouse in it), the later x is Spark's: the column
+    assert spark("SELECT sum(p) AS p, p + 1 AS q FROM t GROUP BY p") == "SELECT SUM(p) AS p, p + 1 AS q FROM t GROUP BY p"
+
+
+def test_double_quoted_column_names_booleans_as_numbers_and_in_an_array():
+    types = {"to": "STRING", "sent": "SMALLINT", "ids": "STRING"}
+    # "to" is a column of the table read: ClickHouse's quoted name, not Spark's string
+    assert to_sql(parse_select('SELECT "to" FROM email WHERE sent = true', BASE, types)) == \
+        "SELECT `to` FROM email WHERE sent = 1"
+    assert to_sql(parse_select('SELECT "nope" FROM email', BASE, types)) == "SELECT 'nope' FROM email"
+    assert spark("SELECT id FROM t WHERE id IN splitByChar(',', ids)") == \
+        "SELECT id FROM t WHERE ARRAY_CONTAINS(SPLIT(ids, CONCAT('\\\\Q', ',', '\\\\E')), id)"

@@ -341,10 +341,41 @@ def test_a_qualified_column_its_source_lacks_is_pf310_at_check(make_project):
     report = Project(root).check()
     found = sorted((d.message, d.hint, d.location.line) for d in report.errors if d.code == "PF310")
     assert found == [
-        ("`r.ts`: `recent` has no column `ts`.", "Use a column `recent` has.", 6),
-        ("`s.prodct`: `sales` has no column `prodct`.", "Did you mean `s.product`?", 6),
+        ("Unknown column `r.ts`: `recent` has no such column.", "Use a column `recent` has.", 6),
+        ("Unknown column `s.prodct`: `sales` has no such column.", "Did you mean `s.product`?", 6),
     ]
     # what the sources have passes, in any letter case (Spark compares names case-insensitively)
-    root = make_project({"pipes/bad.pipe": "NODE n\nSQL >\n    SELECT s.PRODUCT, x.a FROM sales s, "
+    root = make_project({"pipes/bad.pipe": "NODE n\nSQL >\n    SELECT s.PRODUCT, x.Category FROM sales s, "
                                            "(SELECT * FROM products) x\nTYPE endpoint\n"})
     assert not [d for d in Project(root).check().errors if d.code == "PF310"]
+
+
+def test_a_versioned_resource_is_read_by_its_versioned_or_bare_name(make_project):
+    root = make_project({
+        "datasources/page_views.datasource": "VERSION 3\nSCHEMA >\n    `id` String,\n    `duration` UInt32\n",
+        "pipes/bare.pipe": "NODE n\nSQL >\n    %\n    SELECT p.id, sum(duration) AS d FROM page_views AS p\n"
+                           "    WHERE id = {{ String(id, 'x') }} GROUP BY p.id\nTYPE endpoint\n",
+        "pipes/named.pipe": "VERSION 2\nNODE n\nSQL >\n    SELECT id FROM page_views__v3\nTYPE endpoint\n",
+        "pipes/reader.pipe": "NODE n\nSQL >\n    SELECT id FROM named\nTYPE endpoint\n"}, with_sources=False)
+    compiled = Project(root).require_valid()
+    assert set(compiled.pipes) == {"bare", "named__v2", "reader"} and set(compiled.datasources) == {"page_views__v3"}
+    assert compiled.pipes["bare"].reads == ("page_views__v3",)
+    assert "FROM page_views__v3 AS p" in compiled.pipes["bare"].render({"id": "a"})
+    assert compiled.pipes["reader"].reads == ("named__v2",) and "named__v2 AS named" in compiled.pipes["reader"].sql
+
+
+def test_keys_as_delta_takes_them(make_project):
+    """A partition key is a Delta generated column (no timestamp_millis there: from_unixtime), and Delta clusters by
+    at most 4 columns (the sorting key's leading ones); a FINAL read still dedupes by the whole sorting key."""
+    ds = ("SCHEMA >\n    `a` String,\n    `b` String,\n    `c` String,\n    `d` String,\n    `e` String,\n"
+          "    `ts` Int64,\n    `v` UInt64\nENGINE \"ReplacingMergeTree\"\n"
+          "ENGINE_PARTITION_KEY \"toYYYYMM(fromUnixTimestamp64Milli(ts))\"\nENGINE_SORTING_KEY \"a, b, c, d, e\"\n"
+          "ENGINE_VER \"v\"\n")
+    pipe = "NODE n\nSQL >\n    SELECT a, e FROM wide FINAL\nTYPE endpoint\n"
+    compiled = Project(make_project({"datasources/wide.datasource": ds, "pipes/p.pipe": pipe},
+                                    with_sources=False)).require_valid()
+    definition = compiled.datasources["wide"].definition
+    assert definition.sorting_key == ("a", "b", "c", "d")
+    assert definition.partition_key == ("(YEAR(CAST(FROM_UNIXTIME(ts DIV 1000) AS TIMESTAMP)) * 100 + "
+                                        "MONTH(CAST(FROM_UNIXTIME(ts DIV 1000) AS TIMESTAMP)))")
+    assert "PARTITION BY `a`, `b`, `c`, `d`, `e` ORDER BY `v` DESC" in compiled.pipes["p"].sql

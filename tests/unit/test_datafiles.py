@@ -713,12 +713,15 @@ def test_pipe_without_nodes_is_reported_even_when_other_files_have_errors(tmp_pa
 
 def test_bad_token_and_backfill_lines(tmp_path):
     _, diags = load(tmp_path, {
-        "a.datasource": 'SCHEMA >\n    `x` INT\nTOKEN "a b" WRITE\nBACKFILL sometimes\n',
+        "a.datasource": 'SCHEMA >\n    `x` INT\nTOKEN "a b" READ now\nBACKFILL sometimes\nTOKEN "c d" APPEND\n',
     })
     assert sorted((d.code, d.location.line, d.message) for d in diags) == [
-        ("PF101", 3, 'TOKEN line `"a b" WRITE` is not understood.'),
+        ("PF101", 3, 'TOKEN line `"a b" READ now` is not understood.'),
         ("PF101", 4, "BACKFILL `sometimes` is not understood."),
     ]
+    resources, _ = load(tmp_path / "quoted", {"a.pipe": 'TOKEN "read pipes token" READ\nNODE "n"\nSQL >\n    SELECT 1\n'})
+    assert [(t.name, t.scope) for t in pipe(resources, "a").tokens] == [("read pipes token", "READ")]
+    assert [n.name for n in pipe(resources, "a").nodes] == ["n"]  # a quoted node name is the name
 
 
 def test_line_that_is_not_a_keyword(tmp_path):
@@ -968,3 +971,15 @@ def test_json_columns_with_clickhouse_settings_are_stored_as_text(tmp_path):
     assert diags == []
     assert [(c.name, c.type, c.written_type) for c in datasource(resources, "a").columns] == [
         ("event", "STRING", "JSON(max_dynamic_types=2, max_dynamic_paths=16)"), ("raw", "STRING", "JSON")]
+
+
+def test_version_names_the_resource_and_schema_comment_lines(tmp_path):
+    resources, diags = load(tmp_path, {
+        "datasources/page_views.datasource": "VERSION 3\nSCHEMA >\n    `id` String,\n    # unix time\n"
+                                             "    `time` Int64\n",
+        "pipes/api.pipe": "VERSION 1\nNODE n\nSQL >\n    SELECT id FROM page_views\n",
+        "pipes/bad.pipe": "VERSION one\nNODE n\nSQL >\n    SELECT 1\n"})
+    assert [(c.name, c.type) for c in datasource(resources, "page_views__v3").columns] == [
+        ("id", "STRING"), ("time", "BIGINT")]
+    assert {p.name for p in resources.pipes} == {"api__v1", "bad"}
+    assert found(diags) == {("PF101", "pipes/bad.pipe", 1)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from pipeframe.project import Project
@@ -285,3 +287,51 @@ def test_any_last_and_any_heavy_stay_rejected(make_project, function):
     (error,) = Project(root).check().errors
     assert (error.code, error.location.line) == ("PF309", 3)
     assert f"`{function}` has no Spark translation" in error.message
+
+
+def test_xmerge_over_a_views_states_is_a_merge_of_states(make_project):
+    """Tinybird's cascade: a materialized pipe reading another view's target with countMerge(x) / avgMerge(x): the
+    states are merged and stored as states (the target is read finalized), as xMergeState would."""
+    hourly = mv("SELECT date_trunc('hour', ts) AS hour, product, countState() AS orders, avgState(amount) AS a\n"
+                "FROM sales GROUP BY 1, 2").replace("DATASOURCE target", "DATASOURCE hourly")
+    daily = mv("SELECT date_trunc('day', hour) AS day, countMerge(orders) AS orders, avgMerge(a) AS a\n"
+               "FROM hourly GROUP BY 1")
+    compiled = Project(make_project({"pipes/hourly.pipe": hourly, "pipes/view.pipe": daily})).require_valid()
+    view = compiled.pipes["view"].view
+    assert view.verdict.status == "rewritten"
+    assert [(c.name, c.state, c.type, c.value_type, c.explicit) for c in view.plan.columns] == [
+        ("day", None, "TIMESTAMP", "TIMESTAMP", False), ("orders", "count", "BIGINT", "BIGINT", False),
+        ("a", "avg", "STRUCT<sum: DOUBLE, count: BIGINT>", "DOUBLE", False)]
+    assert "SUM(orders) AS `orders`" in view.plan.state_sql
+    assert "orders: countMerge(…) → a merge of the count states (finalized when read)" in view.verdict.rewrites
+    # plain countMerge over a column that holds no state is still refused where it misreads partial states
+    bad = mv("SELECT date_trunc('day', hour) AS day, count(*) AS n\nFROM hourly GROUP BY 1")
+    report = Project(make_project({"pipes/hourly.pipe": hourly, "pipes/view.pipe": bad})).check()
+    assert {d.code for d in report.errors} == {"PF412"}
+
+
+def _two_nodes(first: str, last: str) -> str:
+    return (f"NODE totals\nSQL >\n    {first}\nNODE agg\nSQL >\n    {last}\nTYPE materialized\nDATASOURCE target\n")
+
+
+def test_a_last_node_that_only_picks_an_aggregating_nodes_columns_is_one_select(make_project):
+    """Tinybird pipes often aggregate in one node and materialize from the next, picking and renaming columns: that
+    is one aggregating SELECT (its states kept); SELECT DISTINCT in the earlier node too. A last node doing more
+    (filtering the aggregate, aggregating again) is still refused, precisely."""
+    pipe = _two_nodes("SELECT product, count() AS n, sum(amount) AS revenue FROM sales GROUP BY product",
+                      "SELECT product AS item, n AS orders, revenue FROM totals")
+    compiled = Project(make_project({"pipes/view.pipe": pipe})).require_valid()
+    view = compiled.pipes["view"].view
+    assert [(c.name, c.state) for c in view.plan.columns] == [("item", None), ("orders", "count"), ("revenue", "sum")]
+    assert view.verdict.rewrites[0] == ("node `totals` aggregates and `agg` picks its columns: one SELECT, whose "
+                                        "states the view keeps")
+    assert "GROUP BY product" in view.plan.state_sql and "FROM __pf_batch" in view.plan.state_sql
+    kept = pickle.loads(pickle.dumps(view.plan))  # as the check cache keeps it (text), parsed again
+    assert kept.state_sql == view.plan.state_sql
+    distinct = _two_nodes("SELECT DISTINCT product, quantity FROM sales", "SELECT * FROM totals")
+    compiled = Project(make_project({"pipes/view.pipe": distinct})).require_valid()
+    assert compiled.pipes["view"].view.plan.keys == ("product", "quantity")
+    filtered = _two_nodes("SELECT product, count() AS n FROM sales GROUP BY product",
+                          "SELECT product, n FROM totals WHERE n > 10")
+    report = Project(make_project({"pipes/view.pipe": filtered})).check()
+    assert {d.code for d in report.errors} == {"PF406"}

@@ -595,3 +595,19 @@ def test_template_error_is_a_pipeframe_error_with_defaults() -> None:
     assert (problem.http_status, problem.parameter, problem.location) == (400, None, None)
     placed = problem.located(LOC)
     assert (placed.code, placed.message, placed.location) == ("PF201", "boom", LOC)
+
+
+def test_tinybird_spellings_percent_with_sql_array_type_by_name_and_json() -> None:
+    # `% SELECT ...`: the marker and the SQL on one line (columns kept)
+    assert r("% SELECT {{ Int(n, 1) }}") == "  SELECT 1"
+    assert r("%\n% 2") == "\n% 2"  # only the leading marker goes
+    # Array(ids, String): the item type named by its function
+    assert r("SELECT {{ Array(ids, String) }}", {"ids": "a,b"}) == "SELECT ('a', 'b')"
+    # JSON(filters, '[]'): JSON text as lists and objects for the template's own logic
+    loop = ("SELECT 1 {% for f in JSON(filters, '[]') %} AND {{ column(f['field']) }} IN "
+            "{{ Array(f['values'], 'String') }}{% end %}")
+    assert r(loop) == "SELECT 1 "
+    assert r(loop, {"filters": '[{"field": "country", "values": ["ES"]}]'}) == "SELECT 1  AND `country` IN ('ES')"
+    bad = err(loop, {"filters": "[oops"})
+    assert (bad.code, bad.parameter, bad.diagnostics[0].message) == (
+        "PF202", "filters", "Parameter `filters` must be JSON, got '[oops'.")
