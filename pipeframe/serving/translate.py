@@ -82,11 +82,12 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Second, exp.Quarter, exp.DayOfMonth, exp.CurrentTimestamp, exp.CurrentDate,
     exp.Array, exp.ArraySize, exp.ArrayContains, exp.Flatten, exp.ArrayDistinct, exp.ArrayAgg,
     exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.DenseRank,
-    exp.Anonymous,
+    exp.Anonymous, exp.Interval, exp.RegexpLike, exp.RegexpReplace, exp.DateDiff, exp.AddMonths,
 })
 # Rendered with a transform of this module (see `_transform`).
 # Spark functions sqlglot knows by no class: name → how DuckDB calls them.
 ANONYMOUS: dict[str, str] = {
+    "bround": "round_even",
     "hll_union_agg": "pf_hll_union", "hll_sketch_estimate": "pf_hll_estimate",
     "kll_merge_agg_double": "pf_kll_merge", "kll_sketch_get_quantile_double": "pf_kll_quantile",
     "kll_sketch_get_n_double": "pf_kll_n",
@@ -107,8 +108,17 @@ TYPES = frozenset({
 # Functions Spark types INT where DuckDB gives BIGINT (`result_type`).
 _INT_RESULTS: frozenset[type[exp.Expr]] = frozenset({
     exp.Length, exp.Year, exp.Month, exp.Day, exp.Hour, exp.Minute, exp.Second, exp.Quarter, exp.DayOfMonth,
-    exp.ArraySize, exp.RowNumber, exp.Rank, exp.DenseRank,
+    exp.ArraySize, exp.RowNumber, exp.Rank, exp.DenseRank, exp.DateDiff,
 })
+# Interval units whose arithmetic on an instant agrees (in a UTC session) and how DuckDB spells them.
+_INTERVAL_UNITS = {"YEAR", "YEARS", "MONTH", "MONTHS", "WEEK", "WEEKS", "DAY", "DAYS", "HOUR", "HOURS", "MINUTE",
+                   "MINUTES", "SECOND", "SECONDS"}
+# A regular expression both Java (Spark) and RE2 (DuckDB) read alike: literal characters, escaped punctuation,
+# classes of literal characters and ranges, \d and \w, anchors, groups, alternation and quantifiers. `.`, \s, \b,
+# Unicode classes, flags, lookarounds and back references differ between the two (or only one has them).
+_PORTABLE_REGEX = re.compile(r"(?:[A-Za-z0-9_ ,:;!@#%&=<>'/~\-]|\\[.^$|?*+()\[\]{}/\\dw-]|"
+                             r"\[\^?(?:[A-Za-z0-9_ .,:;!@#%&=<>'/~+*?(){}|$-]|\\[\\\]\[^dw-])+\]|"
+                             r"[\^$|()]|[?*+]|\{\d+(?:,\d*)?\})*")
 
 DIVIDE_BY_ZERO = "[DIVIDE_BY_ZERO] Division by zero. Use `try_divide` to tolerate divisor being 0 and return NULL"
 # Spark rounds a double as the decimal it prints as (Scala's BigDecimal(double) reads Double.toString): 2.675 → 2.68.
@@ -233,6 +243,8 @@ def result_type(node: exp.Expr) -> str | None:
         return f"DECIMAL({min(38, precision + 4)}, {min(38, scale + 4)})"
     if kind in (exp.Add, exp.Sub, exp.Mul):
         return _decimal_arithmetic(node)
+    if kind is exp.AddMonths:
+        return "DATE"  # DuckDB adds a month interval to a date as a TIMESTAMP
     if kind in (exp.TimestampTrunc, exp.DateTrunc) and argument.is_type(exp.DType.DATE):
         return "TIMESTAMP"  # Spark truncates a date to an instant; DuckDB to a wall time
     if kind in (exp.Floor, exp.Ceil) and not node.args.get("decimals"):
@@ -304,16 +316,26 @@ def _divide(node: exp.Expr) -> exp.Expr:
 
 def _round(node: exp.Expr) -> exp.Expr:
     """Spark's HALF_UP rounding of a double; other types round the same way in both."""
-    value = node.this
+    return _rounded(node.this, node.args.get("decimals"), "round", node)
+
+
+def _rounded(value: exp.Expr, digits: exp.Expr | None, function: str, node: exp.Expr | None = None) -> exp.Expr:
+    """`function` (round: HALF_UP; round_even: bround's HALF_EVEN) of `value` to `digits`, a double rounded as the
+    decimal it prints as (Scala's BigDecimal(double)), as Spark rounds it; `node` is the call when DuckDB's own
+    rounding of the other types is Spark's (round)."""
     if value.type is None or value.type.is_type(exp.DType.UNKNOWN):
-        raise Untranslatable("`round`", "the type of what it rounds is not known")
-    if not value.type.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
-        return node
-    digits = node.args.get("decimals") or exp.Literal.number(0)
+        raise Untranslatable(f"`{'bround' if function == 'round_even' else 'round'}`",
+                             "the type of what it rounds is not known")
+    digits = digits or exp.Literal.number(0)
     if not isinstance(digits, exp.Literal):
         raise Untranslatable("`round`", "digits that are not a constant")
-    return sqlglot.parse_one(_ROUND_DOUBLE.format(x=f"({value.sql(dialect=DUCKDB)})", d=digits.sql(dialect=DUCKDB)),
-                             dialect=DUCKDB)
+    if value.type.is_type(exp.DType.DOUBLE, exp.DType.FLOAT):
+        template = _ROUND_DOUBLE.replace("round(", f"{function}(")
+        return sqlglot.parse_one(template.format(x=f"({value.sql(dialect=DUCKDB)})", d=digits.sql(dialect=DUCKDB)),
+                                 dialect=DUCKDB)
+    if node is not None:
+        return node
+    return exp.func(function, value, digits)
 
 
 _INTEGRAL = (exp.DType.TINYINT, exp.DType.SMALLINT, exp.DType.INT, exp.DType.BIGINT)
@@ -384,6 +406,37 @@ def _substring(node: exp.Expr) -> exp.Expr:
     return node
 
 
+def _interval(node: exp.Expr) -> exp.Expr:
+    """An interval of a constant number of one unit, added to or taken from an instant (Spark and DuckDB move a
+    TIMESTAMP alike in a UTC session; a DATE plus an interval is a DATE in Spark, a TIMESTAMP in DuckDB)."""
+    unit = node.args.get("unit")
+    name = (unit.name if unit is not None else "").upper()
+    if name not in _INTERVAL_UNITS or not isinstance(node.this, exp.Literal):
+        raise Untranslatable("INTERVAL", "only a constant number of one unit (years to seconds) is translated")
+    other = node.parent.this if node.parent is not None and node.parent.expression is node else \
+        (node.parent.expression if node.parent is not None else None)
+    if not isinstance(node.parent, exp.Add | exp.Sub) or other is None or other.type is None or \
+            not other.type.is_type(exp.DType.TIMESTAMPTZ, exp.DType.TIMESTAMP, exp.DType.TIMESTAMPLTZ):
+        raise Untranslatable("INTERVAL", "only added to or taken from a TIMESTAMP")
+    return node
+
+
+def _regex(node: exp.Expr) -> exp.Expr:
+    """A regular expression both engines read alike (`_PORTABLE_REGEX`), a constant; a replacement without `\\`,
+    its `$n` group references spelled as RE2's `\\n`. DuckDB replaces every match, as Spark does ('g')."""
+    pattern = node.expression if isinstance(node, exp.RegexpLike) else node.args.get("expression")
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string and _PORTABLE_REGEX.fullmatch(pattern.name)
+            and "(?" not in pattern.name):  # flags, lookarounds and named groups
+        raise Untranslatable("a regular expression", "Java's and RE2's meanings differ for this pattern")
+    if isinstance(node, exp.RegexpReplace):
+        replacement = node.args.get("replacement")
+        if not (isinstance(replacement, exp.Literal) and replacement.is_string and "\\" not in replacement.name) \
+                or node.args.get("position") is not None:
+            raise Untranslatable("regexp_replace", "a replacement or position DuckDB reads otherwise")
+        node.set("replacement", exp.Literal.string(re.sub(r"\$(\d)", r"\\\1", replacement.name)))
+    return node
+
+
 def _like(node: exp.Expr) -> exp.Expr:
     """Spark's LIKE takes `\\` as its escape character; DuckDB's LIKE has none unless told."""
     return exp.Escape(this=node, expression=exp.Literal.string("\\"))
@@ -392,6 +445,8 @@ def _like(node: exp.Expr) -> exp.Expr:
 def _anonymous(node: exp.Expr) -> exp.Expr:
     name = node.name.lower()
     args = [a.copy() for a in node.expressions]
+    if name == "bround":
+        return _rounded(node.expressions[0], node.expressions[1] if len(node.expressions) > 1 else None, "round_even")
     if name in SKETCH_AGGREGATES:
         return exp.func(ANONYMOUS[name], exp.ArrayAgg(this=args[0]))  # hll_union_agg's `true`: see sketches.py
     if name == "kll_sketch_get_quantile_double" and len(args) == 2 and isinstance(args[1], exp.Array):
@@ -402,7 +457,8 @@ def _anonymous(node: exp.Expr) -> exp.Expr:
 _HANDLERS: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr]] = {
     exp.Div: _divide, exp.IntDiv: _divide, exp.Mod: _divide, exp.Round: _round, exp.Like: _like,
     exp.ILike: _like, exp.Anonymous: _anonymous, exp.CountIf: _count_if, exp.Substring: _substring,
-    exp.Cast: _cast, exp.TryCast: _cast,
+    exp.Cast: _cast, exp.TryCast: _cast, exp.Interval: _interval, exp.RegexpLike: _regex,
+    exp.RegexpReplace: _regex,
 }
 
 

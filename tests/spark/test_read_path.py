@@ -216,19 +216,22 @@ NUMERIC = ["n", "big", "x", "price", "n + big", "x * 2", "n DIV 3", "n % 7", "x 
            "CAST(n AS DOUBLE) / 3", "nullif(n, 0)", "if(flag, x, -x)", "sqrt(abs(x))", "pow(n, 2)",
            "CAST(x AS INT)", "CAST(price AS INT)", "CAST(price AS DECIMAL(12, 1))", "CAST(big AS DOUBLE)",
            "CAST(flag AS INT)", "n * big", "big % 7", "x - n", "abs(price)", "round(price * 3, 1)", "greatest(x, n)",
-           "price - n", "price * price"]
+           "price - n", "price * price", "bround(x, 1)", "bround(price, 1)", "datediff(day, to_date(ts))"]
 TEXT = ["user_id", "country", "upper(user_id)", "lower(country)", "concat(user_id, '-', country)",
         "substring(user_id, 2, 3)", "substr(user_id, 0, 2)", "trim(concat(' ', user_id, ' '))",
         "coalesce(country, 'none')", "CAST(n AS STRING)", "CAST(price AS STRING)",
         "CASE WHEN n > 5 THEN 'hi' WHEN n IS NULL THEN 'null' ELSE 'lo' END", "CAST(flag AS STRING)",
-        "CAST(day AS STRING)", "CAST(x AS STRING)", "CAST(ts AS STRING)", "upper(substr(user_id, 1, 1))"]
+        "CAST(day AS STRING)", "CAST(x AS STRING)", "CAST(ts AS STRING)", "upper(substr(user_id, 1, 1))",
+        "regexp_replace(user_id, '^([a-z])([a-z]+)', '$2-$1')", "regexp_replace(user_id, '[aeiou]', '')"]
 TIME = ["ts", "day", "date_trunc('hour', ts)", "date_trunc('DAY', ts)", "to_date(ts)", "CAST(day AS TIMESTAMP)",
-        "CAST(ts AS DATE)", "date_trunc('MONTH', day)"]
+        "CAST(ts AS DATE)", "date_trunc('MONTH', day)", "ts - INTERVAL 90 MINUTES", "ts + INTERVAL 1 MONTH",
+        "add_months(day, 1)"]
 PREDICATES = ["flag", "NOT flag", "n > 5 AND flag", "country IS NULL", "n BETWEEN 2 AND 8",
               "country IN ('DE', 'FR')", "user_id LIKE '%o%'", "price > 10",
               "ts >= CAST('2024-05-03 00:00:00' AS TIMESTAMP)", "x < 0 OR n = 0", "array_contains(tags, 'a')", "day = CAST('2024-05-07' AS DATE)",
               "user_id <=> 'ann'", "n IS NOT NULL AND big > 5", "coalesce(flag, false)", "x > 1.5",
-              "user_id >= 'c'", "n IN (1, 2, 3)", "NOT (country = 'DE')"]
+              "user_id >= 'c'", "n IN (1, 2, 3)", "NOT (country = 'DE')", "user_id RLIKE '^[a-d]'",
+              "user_id RLIKE 'o.'", "ts > CAST('2024-05-04 00:00:00' AS TIMESTAMP) - INTERVAL 36 HOURS"]
 AGGREGATES = ["count(*)", "count(x)", "sum(n)", "sum(price)", "avg(x)", "min(ts)", "max(user_id)",
               "count(DISTINCT user_id)", "sum(big)", "avg(price)", "min(day)", "max(x)", "count_if(flag)",
               "stddev_samp(x)", "var_pop(x)", "max_by(user_id, ts)", "min(price)", "sum(x) / count(*)",

@@ -132,3 +132,36 @@ def test_kll_quantiles_are_inclusive_as_sparks():
     assert sketches.hll_union([None]) is None
     with pytest.raises(ValueError, match="KLL_SKETCH_INVALID_QUANTILE_RANGE"):
         sketches.kll_quantile(blob, 1.5)
+
+
+def test_intervals_move_instants_and_are_refused_on_dates(db):
+    rows, _ = run(db, "SELECT ts - INTERVAL 90 MINUTES AS a, ts + INTERVAL 1 MONTH AS b FROM t WHERE n = 7")
+    assert [(a.isoformat(), b.isoformat()) for a, b in rows] == [("2024-05-01T09:00:00+00:00",
+                                                                  "2024-06-01T10:30:00+00:00")]
+    with pytest.raises(Untranslatable, match="INTERVAL"):  # a DATE plus an interval: Spark's DATE, DuckDB's TIMESTAMP
+        translate.translate(translate.parse("SELECT CAST(ts AS DATE) + INTERVAL 1 DAY FROM t"), SCHEMA)
+
+
+@pytest.mark.parametrize(("pattern", "portable"), [
+    ("^/api/[0-9]+$", True), ("[aeiou]", True), ("(foo|bar)+", True), (r"a\.b\d{2,3}", True),
+    ("a.b", False), (r"\s+", False), (r"(?i)abc", False), (r"(a)\1", False), (r"\bword", False), ("x(?=y)", False),
+])
+def test_regular_expressions_are_translated_only_where_java_and_re2_agree(pattern, portable):
+    sql = f"SELECT s RLIKE '{pattern}' AS m FROM t".replace("\\", "\\\\")
+    if portable:
+        assert "REGEXP_MATCHES" in translate.translate(translate.parse(sql), SCHEMA).sql
+    else:
+        with pytest.raises(Untranslatable, match="regular expression"):
+            translate.translate(translate.parse(sql), SCHEMA)
+
+
+def test_regexp_replace_takes_sparks_group_references_and_replaces_every_match(db):
+    rows, _ = run(db, "SELECT regexp_replace(s, '([a-z])l', '$1L') AS r FROM t WHERE n = 7")
+    assert rows == [("héLLo",)] or rows == [("hélLo",)]
+    rows, _ = run(db, "SELECT regexp_replace('a-b-c', '-', '+') AS r")
+    assert rows == [("a+b+c",)]
+
+
+def test_bround_rounds_half_to_even_on_the_decimal_a_double_prints_as(db):
+    rows, _ = run(db, "SELECT bround(x, 2) AS r FROM t ORDER BY n")
+    assert rows == [(1.0,), (-0.5,), (2.68,)]  # 1.005 → 1.00, 2.675 → 2.68 (ties to even on 1.005 / 2.675)
