@@ -966,6 +966,18 @@ def real_verdicts(results: dict) -> list[tuple[str, str, bool | None]]:
     return out
 
 
+def rates(figures: dict) -> str:
+    """A scenario's requests/s, rows/s and latency cells of a table row."""
+    return (f"{figures['requests_per_s']:,.1f} | {figures['rows_per_s']:,.0f} | {figures['latency_p50_s']} / "
+            f"{figures['latency_p95_s']} / {figures['latency_p99_s']} s")
+
+
+def floor_row(name: str, rows: int, figures: dict, blanks: int) -> str:
+    """The table row of the plain Delta append floor of scenario `name`; `blanks`: the empty cells that end it."""
+    return (f"| {name}: plain Delta append, {rows:,}-row batches, sequential | {rates(figures)} | (no views) | "
+            f"{figures['requests']} |" + " |" * blanks)
+
+
 def real_section(results: dict) -> list[str]:
     """The real-shaped datasource's part of the section: its scenarios, floor, targets and the ways its commits took."""
     real = results.get("real") or {}
@@ -994,17 +1006,13 @@ def real_section(results: dict) -> list[str]:
             if s_:
                 v, server = s_["visible"], s_["server"]
                 commits = max(server.get("commits") or 0, 1)
-                lines.append(f"| {name}: {rows:,}-row requests, {label} | {s_['requests_per_s']:,.1f} | "
-                             f"{s_['rows_per_s']:,.0f} | {s_['latency_p50_s']} / {s_['latency_p95_s']} / "
-                             f"{s_['latency_p99_s']} s | {v['p95_slowest_view_s']} s | {server.get('commits')} | "
+                lines.append(f"| {name}: {rows:,}-row requests, {label} | {rates(s_)} | "
+                             f"{v['p95_slowest_view_s']} s | {server.get('commits')} | "
                              f"{server.get('arrow_parsed_commits', 0) / commits:.0%} / "
                              f"{server.get('arrow_committed_commits', 0) / commits:.0%} | "
                              f"{server.get('quarantined_rows', 0):,} | {s_['cpu']['server_cores']} |")
-        p = floor.get(name)
-        if p:
-            lines.append(f"| {name}: plain Delta append, {rows:,}-row batches, sequential | {p['requests_per_s']:,.1f} "
-                         f"| {p['rows_per_s']:,.0f} | {p['latency_p50_s']} / {p['latency_p95_s']} / "
-                         f"{p['latency_p99_s']} s | (no views) | {p['requests']} | | | |")
+        if floor.get(name):
+            lines.append(floor_row(name, rows, floor[name], blanks=3))
     lines += ["", "| target (issue 33) | measured | verdict |", "|---|---|---|"]
     for label, measured, met in real_verdicts(results):
         lines.append(f"| {label} | {measured} | {'not measured' if met is None else 'met' if met else '**not met**'} |")
@@ -1041,16 +1049,12 @@ def section(results: dict) -> str:
                        (paced.get(name), f"sent at {paced.get(name, {}).get('offered_per_s', 0):g} requests/s")):
             if s:
                 v = s["visible"]
-                lines.append(f"| {name}: `POST /v0/events`, {rows:,}-row requests, {how} | {s['requests_per_s']:,.1f} | "
-                             f"{s['rows_per_s']:,.0f} | {s['latency_p50_s']} / {s['latency_p95_s']} / "
-                             f"{s['latency_p99_s']} s | {v['p95_slowest_view_s']} s | {v['commits']['count']} "
+                lines.append(f"| {name}: `POST /v0/events`, {rows:,}-row requests, {how} | {rates(s)} | "
+                             f"{v['p95_slowest_view_s']} s | {v['commits']['count']} "
                              f"({v['commits']['requests_median']}, {v['commits']['rows_median']:,.0f}) | "
                              f"{s['cpu']['server_cores']} (Python {s['cpu'].get('server_python_cores', '?')}) |")
-        p = floor.get(name)
-        if p:
-            lines.append(f"| {name}: plain Delta append, {rows:,}-row batches, sequential | {p['requests_per_s']:,.1f} "
-                         f"| {p['rows_per_s']:,.0f} | {p['latency_p50_s']} / {p['latency_p95_s']} / "
-                         f"{p['latency_p99_s']} s | (no views) | {p['requests']} | |")
+        if floor.get(name):
+            lines.append(floor_row(name, rows, floor[name], blanks=1))
     why = {TARGETS["requests_per_s"][0]: "group commits share two cores with the views' rounds (below)",
            TARGETS["rows_per_s"][0]: "parsing, typing and writing each group's rows, sharing two cores with the "
                                      "views (below)",

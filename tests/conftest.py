@@ -1,4 +1,4 @@
-"""Shared test helpers: build small projects on disk from a dict of files."""
+"""Shared test helpers: build small projects on disk from a dict of files, or a datasource from its columns."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from pipeframe.datafiles.model import Datasource
+from pipeframe.datafiles.parser import parse_column
+from pipeframe.errors import DiagnosticSink, Location
 
 # The short-lived JVMs the tests start (worker processes, CLI subprocesses, servers) compile with C1 only and
 # collect with the serial collector: test data is tiny, so the C2 compiler's and the parallel collector's threads
@@ -66,6 +70,14 @@ def write_project(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text) if text.startswith("\n") else text, encoding="utf-8")
     return root
+
+
+def datasource(columns: list[str], name: str = "t") -> Datasource:
+    """A datasource of columns written as in a .datasource's SCHEMA (`` `name` Type `json:$.path` DEFAULT x ``)."""
+    sink = DiagnosticSink()
+    parsed = tuple(parse_column(text, Location(f"{name}.datasource"), sink) for text in columns)
+    assert not sink.errors and all(parsed)
+    return Datasource(name, f"{name}.datasource", Location(f"{name}.datasource"), parsed)  # type: ignore[arg-type]
 
 
 @pytest.fixture

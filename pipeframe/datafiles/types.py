@@ -630,12 +630,13 @@ def normalize_type(written: str) -> str:
 @dataclass(frozen=True)
 class ValueRules:
     """What a column written in a ClickHouse type enforces of each value it takes (pipeframe's ingest does the
-    same): the range of an integer type (of the value, or of an array's elements and a map's values), and what a
-    missing field (or a JSON null) becomes in a column that is not `Nullable`: its type's default, as ClickHouse
-    stores it. Spark-spelled types (`BIGINT`, `STRING`...) and `Nullable(T)` keep NULL."""
+    same): the range of an integer type where it is narrower than the Spark type storing it holds (of the value, or
+    of a plain array's elements and a map's values), and what a missing field (or a JSON null) becomes in a column
+    that is not `Nullable`: its type's default, as ClickHouse stores it. Spark-spelled types (`BIGINT`, `STRING`...),
+    `Nullable(T)` and the types without a default here (FixedString, Enum8/16, Tuple, JSON) keep NULL."""
 
     bounds: tuple[int, int] | None = None
-    element_bounds: tuple[int, int] | None = None  # Array(T) elements, Map(K, V) values
+    element_bounds: tuple[int, int] | None = None  # Array(T) elements, Map(K, V) values, T a plain integer type
     missing_sql: str | None = None  # the type's default as a Spark SQL literal
     missing_value: object = None  # the same as a Python value (arrays and maps as empty tuples)
 
@@ -646,6 +647,7 @@ class ValueRules:
 
 _WIDTHS = {f"{sign}int{bits}": (0, 2 ** bits - 1) if sign == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
            for sign in ("", "u") for bits in (8, 16, 32, 64, 128, 256)}
+_SPARK_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
 # ClickHouse's names exactly as ClickHouse spells them (its type names are case-sensitive), with their defaults.
 _EPOCH_DATE, _EPOCH = "DATE'1970-01-01'", "TIMESTAMP'1970-01-01 00:00:00+00:00'"
 _DEFAULTS: dict[str, tuple[str, object]] = {
@@ -657,28 +659,95 @@ _DEFAULTS: dict[str, tuple[str, object]] = {
     **{name: ("0", 0) for name in ("Decimal", "Decimal32", "Decimal64", "Decimal128", "Decimal256")},
     **{f"{sign}Int{bits}": ("0", 0) for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)},
 }
+_WRAPPERS = ("nullable", "lowcardinality")
+_TYPE_ARGUMENTS = ("array", "map", *_WRAPPERS)  # the types whose parameters ValueRules reads as types
+
+
+@lru_cache(maxsize=256)
+def integer_range(spark_type: str) -> tuple[int, int] | None:
+    """The values a Spark integer type holds (TINYINT to BIGINT, DECIMAL(p, 0)); None for any other type."""
+    try:
+        tree = parse_type_tree(spark_type)[1]
+    except TypeProblem:
+        return None
+    return None if tree is None else _spark_range(tree)
+
+
+def _spark_range(tree: TypeTree) -> tuple[int, int] | None:
+    if tree.name in _SPARK_BITS:
+        half = 2 ** (_SPARK_BITS[tree.name] - 1)
+        return -half, half - 1
+    if tree.name == "DECIMAL" and tree.params[1] == 0:
+        return -(10 ** tree.params[0] - 1), 10 ** tree.params[0] - 1
+    return None
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A type as written, as far as ValueRules reads it: its name, and the types it takes if it is one of
+    _TYPE_ARGUMENTS (the parameters of any other are skipped)."""
+
+    name: str
+    arguments: tuple[_Written, ...] = ()
+
+    def unwrapped(self) -> tuple[_Written, bool]:
+        """The type inside its Nullable and LowCardinality wrappers, and whether one of them is Nullable."""
+        node, nullable = self, False
+        while node.name.lower() in _WRAPPERS and node.arguments:
+            nullable = nullable or node.name.lower() == "nullable"
+            node = node.arguments[0]
+        return node, nullable
+
+
+def _written(tokens: list[_Token], at: int) -> tuple[_Written, int]:
+    """The type written from `tokens[at]` (a type the parser accepted) and where it ends."""
+    name, at = tokens[at].value, at + 1
+    if not (tokens[at].kind == "punct" and tokens[at].text in _CLOSERS):
+        return _Written(name), at
+    if name.lower() not in _TYPE_ARGUMENTS:
+        depth = 0
+        while True:
+            token = tokens[at]
+            at += 1
+            if token.kind == "punct" and token.text in "(<)>":
+                depth += 1 if token.text in "(<" else -1
+                if depth == 0:
+                    return _Written(name), at
+    arguments = []
+    while True:
+        argument, at = _written(tokens, at + 1)  # past the opening bracket or the comma
+        arguments.append(argument)
+        if tokens[at].text != ",":
+            return _Written(name, tuple(arguments)), at + 1  # past the closing bracket
+
+
+def _narrower(written: _Written, tree: TypeTree) -> tuple[int, int] | None:
+    """The ClickHouse range of an integer type written so, where narrower than what its Spark type holds."""
+    clickhouse, spark = _WIDTHS.get(written.name.lower()), _spark_range(tree)
+    if clickhouse is None or spark is None:
+        return None
+    bounds = max(clickhouse[0], spark[0]), min(clickhouse[1], spark[1])
+    return None if bounds == spark else bounds
 
 
 @lru_cache(maxsize=8192)
 def value_rules(written: str) -> ValueRules:
     """The ValueRules of a column type as written (see ValueRules); no rules for what cannot be read."""
     try:
-        tokens = [t for t in _tokenize(written) if t.kind != "end"]
+        tree = parse_type_tree(written)[1]
+        tokens = _tokenize(written)
     except TypeProblem:
         return ValueRules()
-    names = [t.value for t in tokens if t.kind == "name"]
-    if not names:
+    if tree is None or tokens[0].kind != "name":
         return ValueRules()
-    head = names[0]
-    while head == "LowCardinality" and len(names) > 1:
-        names, head = names[1:], names[1]
-    bounds = _WIDTHS.get(head.lower())
+    node, nullable = _written(tokens, 0)[0].unwrapped()
     element = None
-    if head.lower() in ("array", "map") and len(names) > 1:
-        inner = [n for n in names[1:] if n not in ("LowCardinality", "Nullable")]
-        # Array(T): T's range; Map(K, V): V's (the last scalar name of the type).
-        element = _WIDTHS.get((inner[0] if head.lower() == "array" else inner[-1]).lower()) if inner else None
-    default = _DEFAULTS.get(head)
-    if head == "Nullable" or default is None:
-        return ValueRules(bounds, element)
-    return ValueRules(bounds, element, *default)
+    kind = node.name.lower()
+    if kind in ("array", "map") and tree.name in ("ARRAY", "MAP"):
+        # Array(T): T's range; Map(K, V): V's, where T or V is an integer type (not an array or a map of them).
+        inner, _ = node.arguments[0 if kind == "array" else 1].unwrapped()
+        element = _narrower(inner, tree.children[0 if kind == "array" else 1])
+    default = _DEFAULTS.get(node.name)
+    if nullable or default is None:
+        return ValueRules(_narrower(node, tree), element)
+    return ValueRules(_narrower(node, tree), element, *default)

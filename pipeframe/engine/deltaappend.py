@@ -344,20 +344,11 @@ def _cut_maximum(value: str) -> str:
 
 
 def _stats_json(stats: dict) -> str:
-    """Statistics as Delta's JSON: decimals as numbers with every digit (json.dumps has no exact spelling for them)."""
-    exact: list[str] = []
-
-    def number(value: object) -> object:
-        if isinstance(value, Decimal):
-            exact.append(format(value, "f"))
-            return f"\x00{len(exact) - 1}\x00"
-        return value
-
-    text = json.dumps({key: ({name: number(v) for name, v in value.items()} if isinstance(value, dict) else value)
-                       for key, value in stats.items()}, separators=(",", ":"))
-    for index, digits in enumerate(exact):
-        text = text.replace(f'"\\u0000{index}\\u0000"', digits)
-    return text
+    """Statistics as Delta's JSON, written here: decimals as numbers with every digit (json.dumps has no exact spelling
+    for them), everything else as json.dumps spells it."""
+    if isinstance(stats, dict):
+        return "{" + ",".join(f"{json.dumps(key)}:{_stats_json(value)}" for key, value in stats.items()) + "}"
+    return format(stats, "f") if isinstance(stats, Decimal) else json.dumps(stats)
 
 
 def _millis(value: datetime, zone: str | None, up: bool = False) -> str:

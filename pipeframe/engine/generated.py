@@ -3,7 +3,7 @@ generated partition column of an `ENGINE_PARTITION_KEY` expression (`to_date(ts)
 
 Delta's writers must store exactly `<generation expression>` in a generated column (PROTOCOL.md, "Generated
 Columns"); readers trust it, and Spark derives partition filters from it. So only expressions whose meaning in Spark
-is certain are computed here: a column, integer literals, `+ - *` over integers, a timestamp or date's
+is certain are computed here: a column, integer literals within INT, `+ - *` over integers, a timestamp or date's
 `CAST(... AS DATE)`/`to_date`, `YEAR`, `MONTH`, `DAYOFMONTH`, `HOUR` and `DATE_TRUNC` to a year, quarter, month,
 week, day or hour, in a UTC session. Anything else answers None, and the append is left to Spark's writer."""
 
@@ -41,12 +41,14 @@ def _parsed(expression: str) -> exp.Expression | None:
 def evaluate(expression: str, rows: pa.Table, time_zone: str = "UTC") -> pa.Array | None:
     """`expression` (Spark SQL over `rows`' columns) for every row, of the type Spark gives it (date32, int32 or a
     UTC timestamp); None when this module cannot compute it exactly (see the module's docstring)."""
+    import pyarrow as pa
+
     tree = _parsed(expression)
     if tree is None:
         return None
     try:
         return _value(tree, rows, time_zone in UTC_ZONES)
-    except _Unsure:
+    except (_Unsure, pa.ArrowInvalid):  # e.g. a time pyarrow cannot floor: Spark's writer computes it
         return None
 
 
@@ -64,6 +66,8 @@ def _value(node: exp.Expression, rows: pa.Table, utc: bool) -> pa.Array:
         column = rows.column(node.name)
         return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if isinstance(node, exp.Literal) and not node.is_string and node.this.lstrip("-").isdigit():
+        if not _INT32[0] <= int(node.this) <= _INT32[1]:
+            raise _Unsure("a BIGINT literal (Spark's arithmetic is then BIGINT)")
         return pa.scalar(int(node.this), pa.int32())
     if isinstance(node, exp.Cast | exp.TryCast | exp.TsOrDsToDate) and \
             (isinstance(node, exp.TsOrDsToDate) and not node.args.get("format")
@@ -76,7 +80,7 @@ def _value(node: exp.Expression, rows: pa.Table, utc: bool) -> pa.Array:
         value = _value(node.this, rows, utc)
         if not (t.is_timestamp(value.type) and (utc or value.type.tz is None)):
             raise _Unsure("HOUR of a non-timestamp, or in a session time zone other than UTC")
-        return pc.hour(value).cast(pa.int32())
+        return pc.hour(_in_utc(value)).cast(pa.int32())
     if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
         unit = _TRUNC.get(node.text("unit").upper())
         value = _value(node.this, rows, utc)
@@ -108,5 +112,13 @@ def _date(value: pa.Array, utc: bool) -> pa.Array:
     if t.is_date32(value.type):
         return value
     if t.is_timestamp(value.type) and (utc or value.type.tz is None):  # TIMESTAMP_NTZ: its wall clock's day
-        return value.cast(pa.date32())
+        return _in_utc(value).cast(pa.date32())
     raise _Unsure("a date of other than a date or a timestamp in a UTC session")
+
+
+def _in_utc(value: pa.Array) -> pa.Array:
+    """A TIMESTAMP column's instants in UTC (pyarrow takes dates and hours of a zoned timestamp in its zone, which
+    an Arrow table made elsewhere may carry); a TIMESTAMP_NTZ's wall clock as it is."""
+    import pyarrow as pa
+
+    return value if value.type.tz is None else value.cast(pa.timestamp(value.type.unit, "UTC"))

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,6 +168,8 @@ _ARROW_READ = {"STRING": "string", "BOOLEAN": "bool_", "TINYINT": "int64", "SMAL
                "TIMESTAMP_NTZ": "string"}
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines: `_conform_json` quarantines them
+# A decimal column's value `get_json_object` gave that Spark reads again from the number's text (`_needs_text`).
+DECIMAL_TEXT = r"[eE]|[0-9.]{16}|(?i:inf|nan)"
 
 
 def _parsed(lines: list[str], datasource: Datasource) -> pa.Table | None:
@@ -254,15 +257,16 @@ def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
 def _needs_text(column: Column) -> str:
     """When a value `get_json_object` gave for `column` (a number read through a double and written back by Java)
     may not be what was sent, so the column must be read from the number's text: for a float column an infinity (an
-    overflow such as 1e400) or an exponent (Java writes one for large and small values); for integers anything not an integer; for decimals an exponent or 16
-    digits; for any other type (strings, dates, ...) any number at all."""
+    overflow such as 1e400) or an exponent (Java writes one for large and small values); for integers anything not
+    an integer; for decimals an exponent or 16 digits; for any other type (strings, dates, ...) any number at
+    all."""
     type_ = column.type.upper()
     if type_ in ("FLOAT", "DOUBLE"):
         return "[eE]|(?i)inf"
     if type_ in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
         return "[.eE]|(?i)inf|nan"
     if type_.startswith("DECIMAL"):
-        return "[eE]|[0-9.]{16}|(?i)inf|nan"
+        return DECIMAL_TEXT
     return "^-?([0-9]|Infinity|NaN)"
 
 
@@ -373,11 +377,7 @@ class Ingestor:
         columns = [name for name, _ in table.state.columns]
         if batch.fitting is not None:
             good = batch.fitting.select(columns)
-            quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
-            for part, _raw, reason in batch.misfits:
-                quarantined[part] += 1
-                if len(reasons[part]) < REASONS_SHOWN:
-                    reasons[part].append(reason)
+            quarantined, reasons = _counted(len(sizes), ((part, reason) for part, _raw, reason in batch.misfits))
             if batch.misfits:
                 self._quarantine_arrow([m[1] for m in batch.misfits], [m[2] for m in batch.misfits], table,
                                        batch.source)
@@ -394,15 +394,12 @@ class Ingestor:
                             first_line(exc))
                 return None
             sizes = sizes or [rows.num_rows]
-            quarantined, reasons = [0] * len(sizes), [[] for _ in sizes]
             misfit = pc.is_valid(rows.column(REASON))
             good = rows.filter(pc.invert(misfit)).select(columns)
-            if pc.any(misfit).as_py():
-                bad = rows.filter(misfit)
-                for part, reason in zip(bad.column(PART).to_pylist(), bad.column(REASON).to_pylist(), strict=True):
-                    quarantined[part] += 1
-                    if len(reasons[part]) < REASONS_SHOWN:
-                        reasons[part].append(reason)
+            bad = rows.filter(misfit)
+            quarantined, reasons = _counted(len(sizes), zip(bad.column(PART).to_pylist(),
+                                                            bad.column(REASON).to_pylist(), strict=True))
+            if bad.num_rows:
                 self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
@@ -413,7 +410,7 @@ class Ingestor:
         if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
             commit = self._save(table, self.spark.createDataFrame(good, schema=table.state.schema), "append", None, info)
             version = commit.version if commit else None
-        return version, [Landed(a, q, tuple(r), direct) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
+        return version, [Landed(a, q, r, direct) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
 
     def _commit_frame(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None], mode: str,
                       where: str | None, metadata: dict | None,
@@ -491,20 +488,16 @@ class Ingestor:
     @staticmethod
     def _misfits(bad: DataFrame, parts: int) -> tuple[list[int], list[tuple[str, ...]]]:
         """How many rows of each part do not fit, and their reasons (up to REASONS_SHOWN each)."""
-        quarantined, reasons = [0] * parts, [[] for _ in range(parts)]
         rows = bad.select(PART, REASON).limit(MISFITS_COLLECTED).collect()
-        if len(rows) == MISFITS_COLLECTED:  # many: count them where they are
-            from pyspark.sql.functions import expr
+        if len(rows) < MISFITS_COLLECTED:
+            return _counted(parts, rows)
+        from pyspark.sql.functions import expr  # many: count them where they are
 
-            for part, count, first in bad.groupBy(PART).agg(
-                    expr("count(*)"), expr(f"slice(collect_list(`{REASON}`), 1, {REASONS_SHOWN})")).collect():
-                quarantined[part], reasons[part] = int(count), list(first)
-            return quarantined, [tuple(r) for r in reasons]
-        for part, reason in rows:
-            quarantined[part] += 1
-            if len(reasons[part]) < REASONS_SHOWN:
-                reasons[part].append(reason)
-        return quarantined, [tuple(r) for r in reasons]
+        quarantined, reasons = [0] * parts, [() for _ in range(parts)]
+        for part, count, first in bad.groupBy(PART).agg(
+                expr("count(*)"), expr(f"slice(collect_list(`{REASON}`), 1, {REASONS_SHOWN})")).collect():
+            quarantined[part], reasons[part] = int(count), tuple(first)
+        return quarantined, reasons
 
     def delete(self, table: DeployedResource, where: str | None) -> int:
         """Delete rows in place (all of them without `where`); returns how many."""
@@ -521,6 +514,17 @@ class Ingestor:
                                  "columns.") from None
         commit = tables.latest_commit(self.spark, table.path or "")
         return int(commit.metrics.get("numDeletedRows", 0) or 0) if commit.operation == "DELETE" else 0
+
+
+def _counted(parts: int, misfits: Iterable[tuple[int, str]]) -> tuple[list[int], list[tuple[str, ...]]]:
+    """How many of the misfit rows, each given as (its request, its reason), each of `parts` requests has, and
+    their reasons (up to REASONS_SHOWN each)."""
+    quarantined, reasons = [0] * parts, [[] for _ in range(parts)]
+    for part, reason in misfits:
+        quarantined[part] += 1
+        if len(reasons[part]) < REASONS_SHOWN:
+            reasons[part].append(reason)
+    return quarantined, [tuple(r) for r in reasons]
 
 
 def _typed_rows(batch: Batch) -> pa.Table:

@@ -8,10 +8,11 @@ the few whose numbers must be read as written); each column's `json:` path is fo
 The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
 (`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
 the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
-JSON reader is lenient there), a number sent for an array's string, a date or time in other than the ISO forms, a
-Float32 on a rounding tie, a path through an array (`[:].field`), a DEFAULT other than a constant or `now()`, an
-object sent for a scalar, a session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it, row for
-row."""
+JSON reader is lenient there), a number sent for an array's string, an integer in a string longer than
+LONGEST_INT_TEXT, a number longer than Jackson reads, a date or time in other than the ISO forms, a Float32 on a
+rounding tie, a path through an array (`[:].field`), an array or a map of arrays or maps, a DEFAULT other than a
+constant or `now()`, an object sent for a scalar, a line nested too deeply for the standard library's parser, a
+session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it, row for row."""
 
 from __future__ import annotations
 
@@ -22,24 +23,32 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import orjson
 
-from pipeframe.datafiles.types import ValueRules, value_rules
+from pipeframe.datafiles.types import MAX_DECIMAL_PRECISION, ValueRules, integer_range, value_rules
 from pipeframe.engine.generated import UTC_ZONES  # session time zones that read a time without a zone as UTC
+from pipeframe.engine.ingest import DECIMAL_TEXT, MAX_NESTING
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from pipeframe.datafiles.model import Column, Datasource
 
-MAX_NESTING = 1000  # Spark's JSON reader (Jackson) refuses deeper lines
 SHOWN = 80  # characters of a value a reason shows, as Spark's `substr(..., 1, 80)`
 _JAVA_SPACE = "".join(chr(c) for c in range(33))  # what Java's String.trim() removes (Spark's casts trim so)
-_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+LONGEST_INT_TEXT = 100  # characters of an integer in a string read here; a longer one goes Spark's way
+LONGEST_NUMBER = 1000  # digits of a JSON integer read here (Jackson refuses longer numbers)
+# Where a key ends: its closing quote, then the colon (JSON allows whitespace between them). Counted, it is at least
+# the number of keys of a line (a string value may hold it too): more sends the line to the exact check.
+_KEY_TOKEN = re.compile(r'"[ \t\n\r]*:')
+# A key token with whitespace before its colon (no common JSON encoder writes one): such a line is typed by `_line`,
+# which counts them all (`_duplicated_keys`); `_fast` counts `":`, several times quicker.
+SPACED_KEY_TOKEN = r'"[ \t\n\r]+:'
 _DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")
 _FLOAT_TEXT = _DECIMAL_TEXT
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "infinity": math.inf, "+infinity": math.inf,
@@ -50,6 +59,8 @@ _TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})([T ]([0-9]{2}):([0-9]{2}):
                    r"(Z|[+-][0-9]{2}:[0-9]{2})?)?")
 _NOW = re.compile(r"(?i)(now|current_timestamp)\(\s*\)")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Room for every digit of a DECIMAL(38, s) (the default context keeps 28): a value needing more does not fit anyway.
+_DIGITS = Context(prec=2 * MAX_DECIMAL_PRECISION)
 _F32 = struct.Struct("f")  # packing a double as a float32 rounds it (to nearest, ties to even)
 
 
@@ -61,7 +72,7 @@ class _NeedsText(Unsure):
     """A decimal whose value depends on the number's text as written (near a rounding boundary)."""
 
 
-_SPARK_READS_TEXT = re.compile(r"[eE]|[0-9.]{16}|(?i:inf|nan)")  # ingest._needs_text of a decimal column
+_SPARK_READS_TEXT = re.compile(DECIMAL_TEXT)  # ingest._needs_text of a decimal column
 
 
 class _Number(str):
@@ -148,6 +159,8 @@ def _integer(value: object, low: int, high: int) -> int | None:
     elif isinstance(value, str):  # a JSON string, or a fraction as written (`_Number`)
         text = value.strip(_JAVA_SPACE)
         if _INT_TEXT.fullmatch(text):
+            if len(text) > LONGEST_INT_TEXT:
+                raise Unsure("a long integer text")
             number = int(text)
         elif _DECIMAL_TEXT.fullmatch(text) or not any(c.isdigit() for c in value):
             return None  # a fraction or an exponent (Spark's ANSI cast refuses them), or no number at all
@@ -228,7 +241,7 @@ def _decimal(value: object, precision: int, scale: int) -> Decimal | None:
     else:
         raise Unsure("a decimal of another JSON type")
     try:
-        rounded = exact.quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP)
+        rounded = exact.quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP, _DIGITS)
     except InvalidOperation:
         return None
     return rounded if len(rounded.as_tuple().digits) <= precision or rounded == 0 else None
@@ -302,11 +315,15 @@ def _wall_clock(value: object) -> datetime | None:
 
 
 def _string(value: object) -> str:
-    if isinstance(value, str):  # a JSON string, or a number as written (`_Number`): Spark keeps its text
+    """A string column's value: a JSON string, or a number's text as written (`_Number`, or an integer of `_exact`,
+    whose text is its own), or a boolean as Jackson writes it."""
+    if isinstance(value, str):
         return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
-    raise Unsure("a number or an object for a string")
+    if isinstance(value, int):
+        return str(value)
+    raise Unsure("a fraction or an object for a string")
 
 
 # ------------------------------------------------------------------------------------------------ columns
@@ -344,13 +361,9 @@ def _scalar(spark_type: str, rules: ValueRules, utc: bool) -> tuple[Callable[[ob
     import pyarrow as pa
 
     type_ = spark_type.upper()
-    spark_ranges = {"TINYINT": (8, pa.int8()), "SMALLINT": (16, pa.int16()), "INT": (32, pa.int32()),
-                    "BIGINT": (64, pa.int64())}
-    if type_ in spark_ranges:
-        bits, kind = spark_ranges[type_]
-        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-        if rules.bounds:
-            low, high = max(low, rules.bounds[0]), min(high, rules.bounds[1])
+    kind = _arrow_integer(type_)
+    if kind is not None:
+        low, high = rules.bounds or integer_range(type_)
         return (lambda v: _integer(v, low, high)), kind
     decimal = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", type_)
     if decimal:
@@ -371,6 +384,13 @@ def _scalar(spark_type: str, rules: ValueRules, utc: bool) -> tuple[Callable[[ob
     return simple.get(type_)
 
 
+def _arrow_integer(spark_type: str) -> pa.DataType | None:
+    """The Arrow type of a Spark integer type (TINYINT to BIGINT), else None."""
+    import pyarrow as pa
+
+    return {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(), "BIGINT": pa.int64()}.get(spark_type)
+
+
 def _element(spark_type: str, bounds: tuple[int, int] | None) -> tuple[Callable[[object], object], pa.DataType] | None:
     """How `from_json` reads an array element or a map value of a scalar type, where that is certain: strings from
     JSON strings, integers from JSON integers (within the type's and ClickHouse's range), floats from numbers,
@@ -378,7 +398,6 @@ def _element(spark_type: str, bounds: tuple[int, int] | None) -> tuple[Callable[
     import pyarrow as pa
 
     type_ = spark_type.upper()
-    ints = {"TINYINT": (8, pa.int8()), "SMALLINT": (16, pa.int16()), "INT": (32, pa.int32()), "BIGINT": (64, pa.int64())}
 
     def strict(kinds: tuple[type, ...], convert: Callable[[object], object] = lambda v: v):
         def read(v: object) -> object:
@@ -389,10 +408,9 @@ def _element(spark_type: str, bounds: tuple[int, int] | None) -> tuple[Callable[
             return convert(v)
         return read
 
-    if type_ in ints:
-        bits, kind = ints[type_]
-        low, high = bounds or (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-        low, high = max(low, -(2 ** (bits - 1))), min(high, 2 ** (bits - 1) - 1)
+    kind = _arrow_integer(type_)
+    if kind is not None:
+        low, high = bounds or integer_range(type_)
 
         def in_range(v: object) -> object:
             if not low <= v <= high:  # type: ignore[operator]
@@ -475,13 +493,12 @@ def _readers(datasource: Datasource, utc: bool, now: datetime) -> list[_Reader]:
 
 # ------------------------------------------------------------------------------------------------ lines
 def _exact(line: str) -> object:
-    """A line parsed by the standard library with its numbers as written (`_Number`) and Jackson's leniencies
-    (control characters in strings, text after the first value); Unsure where Jackson would differ."""
-    decoder = json.JSONDecoder(strict=False, parse_float=_Number, parse_int=_Number,
-                               parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    """A line parsed by the standard library with its fractions as written (`_Number`), its integers as Python ints
+    (`_whole`) and Jackson's leniencies (control characters in strings, text after the first value); Unsure where
+    Jackson would differ."""
     text = line.lstrip(" \t\n\r")
     try:
-        value, end = decoder.raw_decode(text)
+        value, end = _EXACT.raw_decode(text)
     except json.JSONDecodeError:
         if "'" in line:
             raise Unsure("single quotes (Spark's reader takes them)") from None
@@ -490,21 +507,21 @@ def _exact(line: str) -> object:
         raise Unsure("a constant or a number Jackson reads otherwise") from None
     if text[end:].strip(" \t\n\r"):
         raise Unsure("text after the first JSON value")  # Spark reads the first value; pyarrow and orjson refuse
-    return _integers(value)
-
-
-def _integers(value: object) -> object:
-    """`_exact`'s value with its integers as Python ints (their text is theirs, but for `-0`) and its fractions kept
-    as written."""
-    if isinstance(value, dict):
-        return {k: _integers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integers(v) for v in value]
-    if isinstance(value, _Number) and not any(c in value for c in ".eE"):
-        if len(value) > 1000:
-            raise Unsure("a number longer than Jackson reads")
-        return int(value) if value != "-0" else value
     return value
+
+
+def _whole(text: str) -> int | _Number:
+    """A JSON integer of `_exact`'s line: a Python int (its text is its own), but `-0` as written."""
+    if len(text) > LONGEST_NUMBER:
+        raise Unsure("a number longer than Jackson reads")
+    return int(text) if text != "-0" else _Number(text)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(name)  # NaN, Infinity: not JSON to Jackson
+
+
+_EXACT = json.JSONDecoder(strict=False, parse_float=_Number, parse_int=_whole, parse_constant=_no_constant)
 
 
 _NOT_JSON = object()
@@ -512,9 +529,9 @@ _NOT_JSON = object()
 
 def _duplicated_keys(line: str, parsed: dict) -> bool:
     """Whether an object of the line gives a key twice (Spark's reader takes the first non-null, the parsers here
-    the last): the parsed objects hold every key token of the line (`":`) unless one was given twice, else (a
-    spacing such as `"a" : 1`, or `":` inside a string) the standard library's parser tells."""
-    if line.count('":') == _key_count(parsed):
+    the last): the parsed objects hold every key token of the line (`_KEY_TOKEN`) unless one was given twice, else
+    (a key token inside a string) the standard library's parser tells."""
+    if len(_KEY_TOKEN.findall(line)) == _key_count(parsed):
         return False
     try:
         _PAIRS.raw_decode(line.lstrip(" \t\n\r"))
@@ -615,9 +632,11 @@ def _fast(texts: list[str], readers: list[_Reader],
         except orjson.JSONDecodeError:
             parsed.append(None)
             slow.add(index)
-    keys = pc.count_substring(pa.array(texts, pa.string()), '":').to_pylist()
-    for index, (text, value, count) in enumerate(zip(texts, parsed, keys, strict=True)):
-        if type(value) is not dict or _key_count(value) != count or text.startswith("\ufeff") or \
+    raw = pa.array(texts, pa.string())
+    keys = pc.count_substring(raw, '":').to_pylist()
+    spaced = pc.match_substring_regex(raw, SPACED_KEY_TOKEN).to_pylist()
+    for index, (text, value, count, odd) in enumerate(zip(texts, parsed, keys, spaced, strict=True)):
+        if type(value) is not dict or odd or _key_count(value) != count or text.startswith("\ufeff") or \
                 len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING:
             slow.add(index)
             parsed[index] = {}
@@ -685,9 +704,7 @@ def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | 
             return pa.array(clean, reader.arrow), bad
         if integer:
             array = pa.array(clean, pa.int64())
-            info = 2 ** (reader.arrow.bit_width - 1)
-            low, high = reader.rules.bounds or (-info, info - 1)
-            low, high = max(low, -info), min(high, info - 1)
+            low, high = reader.rules.bounds or integer_range(type_)
             out = pc.or_(pc.less(array, low), pc.greater(array, high))
             bad += np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False)).tolist()
             return pc.if_else(out.fill_null(False), pa.scalar(None, pa.int64()), array).cast(reader.arrow), bad
@@ -761,7 +778,8 @@ def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, 
             # Spark reads the number's text where it is long or has an exponent, else Java's text of its double.
             exact = exact if exact is not None else _exact(raw)
             text = _follow(exact, reader.path)
-            if not (isinstance(text, _Number) and _SPARK_READS_TEXT.search(text)):
+            # An integer past orjson's 64 bits (read as a float there): `get_json_object` keeps its digits.
+            if not (isinstance(text, _Number) and _SPARK_READS_TEXT.search(text) or type(text) is int):
                 raise
             value, converted = text, reader.read(text)
         if converted is None:

@@ -85,14 +85,16 @@ def test_statistics_skip_files_without_changing_answers(spark, table_path):
                       "name > 'name-9'", "amount > 30", "ts < TIMESTAMP'2024-05-01 02:00:00+00:00'", "n IS NULL"):
         count = f"SELECT count(*) FROM delta.`{{}}` WHERE {condition}"
         assert spark.sql(count.format(ours)).first()[0] == spark.sql(count.format(theirs)).first()[0], condition
-    stats = [json.loads(a["add"]["stats"]) for a in deltalog.commit_actions(ours, 2) if "add" in a]
+    # Numbers as written (a float would turn 100.00 into 100.0, still equal to Decimal("100.00")).
+    stats = [json.loads(a["add"]["stats"], parse_float=Decimal) for a in deltalog.commit_actions(ours, 2) if "add" in a]
     assert stats[0]["numRecords"] == 100 and stats[0]["minValues"]["id"] == 100 and stats[0]["maxValues"]["id"] == 199
     names = [r[3] for r in rows(100, 100) if r[3] is not None]
     assert max(len(n) for n in names) > 32
     assert stats[0]["minValues"]["name"] == min(names)[:32]
     assert stats[0]["maxValues"]["name"] == (max(names) if len(max(names)) <= 32 else max(names)[:32] + "\U0010FFFF"), \
         "a string longer than Delta's 32-character prefix: the maximum's prefix and U+10FFFF"
-    assert stats[0]["minValues"]["price"] == min(r[5] for r in rows(100, 100) if r[5] is not None)
+    price = min(r[5] for r in rows(100, 100) if r[5] is not None)
+    assert str(stats[0]["minValues"]["price"]) == str(price) == "100.00", "a decimal with every digit"
     assert "point" not in stats[0]["nullCount"], "a struct's null counts are nested in Delta's statistics: none"
     assert stats[0]["nullCount"]["n"] == sum(1 for r in rows(100, 100) if r[1] is None)
 
@@ -483,6 +485,36 @@ def test_partitions_and_generated_partition_columns_land_as_sparks(spark, table_
         counts = "SELECT " + ", ".join(f"(SELECT count(*) FROM {{0}} WHERE {c})" for c in conditions)
         assert list(spark.sql(counts.format(f"delta.`{ours}`")).first()) == \
             list(spark.sql(counts.format(reference)).first()), conditions
+
+
+def test_partition_columns_of_every_integer_width_and_a_wall_clock_land_as_sparks(spark, table_path):
+    """Plain partition columns of TINYINT, SMALLINT, BIGINT and TIMESTAMP_NTZ (INT, DATE and TIMESTAMP ones are the
+    generated columns above), at their types' edges and NULL: Spark reads back every value as appended, and prunes
+    partitions by them to the right rows."""
+    import pyarrow as pa
+
+    wall = [datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999_999), datetime(2024, 2, 29, 12, 0, 0, 1), None]
+    data = pa.table({"id": pa.array(range(6), pa.int32()),
+                     "b": pa.array([-128, 127, None, -128, 5, 5], pa.int8()),
+                     "s": pa.array([-32768, 32767, 7, None, 7, 7], pa.int16()),
+                     "l": pa.array([-(2 ** 63), 2 ** 63 - 1, 0, 0, None, None], pa.int64()),
+                     "t": pa.array([wall[0], wall[1], wall[2], wall[3], wall[2], wall[2]], pa.timestamp("us"))})
+    spark.sql(f"CREATE TABLE {quote_path(table_path)} (id INT, b TINYINT, s SMALLINT, l BIGINT, t TIMESTAMP_NTZ) "
+              "USING DELTA PARTITIONED BY (b, s, l, t)")
+    assert deltaappend.append(table_path, data) == 1
+    assert len([a for a in deltalog.commit_actions(table_path, 1) if "add" in a]) == 5, "a file per partition"
+    texts = ", ".join(f"CAST({c} AS STRING)" for c in ("b", "s", "l", "t"))
+    read = {r[0]: tuple(r[1:]) for r in spark.sql(f"SELECT id, {texts} FROM delta.`{table_path}`").collect()}
+    assert read == {i: tuple(None if v is None else str(v) for v in row) for i, row in enumerate(zip(
+        *(data.column(c).to_pylist() for c in ("b", "s", "l")),
+        ["0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", "2024-02-29 12:00:00.000001", None,
+         "2024-02-29 12:00:00.000001", "2024-02-29 12:00:00.000001"], strict=True))}
+    conditions = {"b = -128": [0, 3], "b IS NULL": [2], "s = 32767": [1], "s IS NULL": [3],
+                  "l = 9223372036854775807": [1], "l = 0": [2, 3], "t = TIMESTAMP_NTZ'2024-02-29 12:00:00.000001'":
+                  [2, 4, 5], "t < TIMESTAMP_NTZ'1000-01-01 00:00:00'": [0], "t IS NULL": [3]}
+    found = spark.sql("SELECT " + ", ".join(f"(SELECT sort_array(collect_list(id)) FROM delta.`{table_path}` "
+                                            f"WHERE {c})" for c in conditions)).first()
+    assert dict(zip(conditions, map(list, found), strict=True)) == conditions
 
 
 def test_a_clustered_table_takes_appends_and_optimize_clusters_them(spark, table_path):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipeframe.engine import ingest
 from pipeframe.engine.ingest import conform_lines
-from tests.spark.test_ingest_fuzz import datasource
+from tests.conftest import datasource
 
 DS = datasource(["`s` String", "`i` Int64", "`n` Int32", "`small` UInt8 DEFAULT 3", "`d` Float64",
                  "`b` Bool `json:$.flag`", "`t` DateTime", "`day` Date `json:$.when`", "`who` String `json:$.user`"])

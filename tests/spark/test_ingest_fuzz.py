@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeframe.datafiles.model import Datasource
-from pipeframe.datafiles.parser import parse_column
 from pipeframe.engine.ingest import RAW, REASON, conform_lines, read_file
-from pipeframe.errors import DiagnosticSink, Location, PipeframeError
+from pipeframe.errors import PipeframeError
 from pipeframe.project import Project
+from tests.conftest import datasource
 
 SCHEMA = ["`s` String `json:$.s`", "`i` Int64 `json:$.i`", "`f` Float32 `json:$.f`", "`d` Float64 `json:$.n.d`",
           "`dec` Decimal(38, 9) `json:$.dec`", "`b` Bool `json:$.b`", "`tags` Array(Float64) `json:$.tags[:]`",
@@ -34,13 +34,6 @@ TRIED = {"ndjson examples": 0, "ndjson lines": 0, "csv examples": 0, "csv rows":
          "delta appends": 0}
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                      HealthCheck.function_scoped_fixture])
-
-
-def datasource(columns: list[str], name: str = "t") -> Datasource:
-    sink = DiagnosticSink()
-    parsed = tuple(parse_column(text, Location(f"{name}.datasource"), sink) for text in columns)
-    assert not sink.errors and all(parsed)
-    return Datasource(name, f"{name}.datasource", Location(f"{name}.datasource"), parsed)  # type: ignore[arg-type]
 
 
 DS, CSV_DS = datasource(SCHEMA), datasource(CSV_SCHEMA)

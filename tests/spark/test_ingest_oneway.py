@@ -1,16 +1,20 @@
 """One meaning for NDJSON lines: typed without Spark (`jsonlines.type_lines`, a group commit's way) they land as
 Spark's conform (`ingest.conform_lines`) lands them, row for row and reason for reason. Hypothesis draws random
-schemas (every type and wrapper a datafile accepts: integers of every width with ClickHouse's ranges, floats,
-decimals, booleans, UUIDs, dates and times, arrays, maps, Nullable, LowCardinality; nested `json:` paths, keys with
-spaces, array elements; DEFAULTs) and random lines (valid, invalid, out of range, missing fields, wrong JSON types,
-unicode, huge numbers, numbers as written, odd lines); where `type_lines` answers, Spark's conform of the same lines
-must give the same values of the same types, the same misfits with the same raw text and reasons. Run with -s to see
-how many schemas, lines and rows were compared."""
+schemas (every type and wrapper a datafile accepts: integers of every width up to 256 bits with ClickHouse's ranges,
+floats, decimals, booleans, UUIDs, dates and times, arrays, maps, arrays and maps of them, Nullable,
+LowCardinality; nested `json:` paths, keys with spaces, array elements; DEFAULTs) and random lines (valid, invalid,
+out of range, missing fields, wrong JSON types, integers for strings, integers in long strings, unicode, huge
+numbers, numbers as written, keys given twice, deep nesting, odd lines); where `type_lines` answers, Spark's conform
+of the same lines must give the same values of the same types, the same misfits with the same raw text and reasons;
+where it leaves a schema to Spark, Spark's conform must still answer every line. Run with -s to see how many
+schemas, lines and rows were compared."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -19,19 +23,23 @@ from hypothesis import strategies as st
 
 from pipeframe.engine import jsonlines
 from pipeframe.engine.ingest import RAW, REASON, conform_lines
-from tests.spark.test_ingest_fuzz import datasource
+from tests.conftest import datasource
 
-COMPARED = {"schemas": 0, "typed without Spark": 0, "lines": 0, "rows": 0, "misfits": 0}
+COMPARED = {"schemas": 0, "typed without Spark": 0, "lines": 0, "rows": 0, "misfits": 0, "integers as strings": 0,
+            "schemas only Spark reads": 0}
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
-INTEGERS = {"Int8": 8, "Int16": 16, "Int32": 32, "Int64": 64, "UInt8": 8, "UInt16": 16, "UInt32": 32, "UInt64": 64}
+INTEGERS = {f"{sign}Int{bits}": bits for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)}
+DECIMAL_38 = 10 ** 38 - 1  # what DECIMAL(38,0), the Spark type of 128- and 256-bit integers, holds
 
 
 def integers(name: str) -> tuple[st.SearchStrategy, st.SearchStrategy]:
     bits = INTEGERS[name]
     low, high = (0, 2 ** bits - 1) if name.startswith("U") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    return st.integers(low, high), st.sampled_from([low, high, low - 1, high + 1, -5, "12", " 7 ", "x", "1.5", "+3",
-                                                    "#1e2", "#12.7", "#-0", "#99999999999999999999999"])
+    return st.integers(max(low, -DECIMAL_38), min(high, DECIMAL_38)), st.sampled_from(
+        [low, high, low - 1, high + 1, -5, "12", " 7 ", "x", "1.5", "+3", "#1e2", "#12.7", "#-0",
+         "#99999999999999999999999", "1234567890123456789", "0000000000000000000042", " -00000000000000000000007 ",
+         DECIMAL_38, -DECIMAL_38 - 1])
 
 
 TIMES = st.sampled_from(["2024-05-16 18:00:00", "2024-05-16T18:00:00Z", "2024-05-16T18:00:00.123456",
@@ -50,13 +58,13 @@ SCALARS = {
     "Decimal(38, 9)": (st.sampled_from(["#0.1000000000000000055511151231257827", "#123456789012345678.123456789", 1.5]),
                        st.sampled_from(["#1e30", "#-1e-12"])),
     "Bool": (st.booleans(), st.sampled_from([0, 1, 2, "true", " yes ", "T", "nope", "#1.0"])),
-    "String": (TEXT, st.integers() | st.sampled_from(["#12.70", "#-0", True, {"a": 1}])),
+    "String": (TEXT | st.integers(), st.sampled_from(["#12.70", "#-0", True, {"a": 1}])),  # integers: ids as sent
     "UUID": (st.uuids().map(str), st.just("not-a-uuid")),
     "Date": (st.sampled_from(["2024-05-16", "2024-02-29", "1970-01-01"]),
              st.sampled_from(["2023-02-29", "2024-5-6", "nope", "2024-05-16T10:00:00", "0000-01-01", 3])),
     "DateTime": (TIMES, ODD_TIMES), "DateTime64(3)": (TIMES, ODD_TIMES), "DateTime64(6, 'UTC')": (TIMES, ODD_TIMES),
     # Spark spellings: NULL when missing, no ClickHouse range.
-    "BIGINT": integers("Int64"), "STRING": (TEXT, st.integers()),
+    "BIGINT": integers("Int64"), "STRING": (TEXT | st.integers(), st.just("#-0")),
     "timestamp_ntz": (st.sampled_from(["2024-05-16 18:00:00", "2024-05-16T18:00:00.25"]),
                       st.sampled_from(["2024-05-16T18:00:00Z", "2024-05-16 18:00:00+02:00", "soon"])),
 }
@@ -68,21 +76,30 @@ COMPLEX = {
     "Map(String, String)": (st.dictionaries(TEXT, TEXT | st.none(), max_size=3), st.sampled_from([{"a": 1}, []])),
     "Map(String, UInt16)": (st.dictionaries(TEXT, st.integers(0, 65_535), max_size=3), st.just({"a": 70_000})),
 }
-WRAPPED = {"Nullable": list(SCALARS), "LowCardinality": ["String", "Nullable(String)"]}
+# Arrays and maps of arrays and maps: Spark's conform alone reads them (no ClickHouse range of their integers).
+NESTED = {
+    "Map(String, Array(UInt8))": (st.dictionaries(TEXT, st.lists(st.integers(0, 255), max_size=2), max_size=2),
+                                  st.sampled_from([{"a": [300]}, {"a": 1}])),
+    "Map(String, Map(String, UInt8))": (st.dictionaries(TEXT, st.dictionaries(TEXT, st.integers(0, 255), max_size=2),
+                                                        max_size=2), st.just({"a": [1]})),
+    "Array(Array(Int8))": (st.lists(st.lists(st.integers(-128, 127), max_size=2), max_size=2), st.just([1])),
+}
+WRAPPED = {"Nullable": list(SCALARS), "LowCardinality": ["String", "Nullable(String)", "Nullable(UInt16)"]}
 DEFAULTS = {"String": "'none'", "UInt8": "3", "Float64": "1.5", "Int32": "-1", "Decimal(10, 2)": "0"}
 PATHS = ["$.{name}", "$.req.{name}", "$['key {name}']", "$.list[1]", "$.deep.a.b.{name}"]
 
 
 @st.composite
-def schema(draw) -> list[tuple[str, str, str, str | None]]:
-    """Columns as (name, written type, json path, default)."""
+def schema(draw, with_nested: bool = False) -> list[tuple[str, str, str, str | None]]:
+    """Columns as (name, written type, json path, default); `with_nested`: one of them NESTED."""
     kinds = list(SCALARS) + list(COMPLEX) + [f"{w}({t})" for w, ts in WRAPPED.items() for t in ts]
+    nested = draw(st.integers(0, 4)) if with_nested else -1
     columns, used_paths = [], set()
-    for index in range(draw(st.integers(1, 5))):
-        written = draw(st.sampled_from(kinds))
+    for index in range(max(draw(st.integers(1, 5)), nested + 1)):
+        written = draw(st.sampled_from(list(NESTED) if index == nested else kinds))
         name = f"c{index}"
         path = draw(st.sampled_from(PATHS)).format(name=name)
-        if path in used_paths or written in COMPLEX and "[1]" in path:
+        if path in used_paths or (written in COMPLEX or written in NESTED) and "[1]" in path:
             path = f"$.{name}"
         used_paths.add(path)
         if written.startswith("Array") and draw(st.booleans()):
@@ -98,7 +115,7 @@ def base(written: str) -> str:
 
 
 def value_of(draw, written: str, clean: bool = False) -> object:
-    valid, odd = SCALARS.get(base(base(written))) or COMPLEX[base(base(written))]
+    valid, odd = {**SCALARS, **COMPLEX, **NESTED}[base(base(written))]
     choice = 19 if clean else draw(st.integers(0, 19))
     if choice == 0:  # a value of any JSON type now and then
         return draw(st.sampled_from(["text", 5, 2.5, True, [1], {"k": "v"}, "💥 ünï"]))
@@ -141,8 +158,11 @@ def line(draw, columns: list, clean: bool = False) -> str:
         text = text.replace(f'"{marker}"', number)
     odd = 99 if clean else draw(st.integers(0, 60))
     if odd == 0:
+        deep = "[" * 600 + "]" * 600
         return draw(st.sampled_from(["not json", "null", "[1, 2]", "5", '"x"', "{}", text[:-1], text + " trailing",
-                                     "\ufeff" + text, "{'c0': 1}", text.replace("{", '{"c0": 1, "c0": 2, ', 1)]))
+                                     "\ufeff" + text, "{'c0': 1}", text.replace("{", '{"c0": 1, "c0": 2, ', 1),
+                                     text.replace("{", '{"c0" : 1, "c0":2, ', 1), '{"c0" : 1, "c0":2}',
+                                     text.replace("{", f'{{"deep": {deep}, ', 1)]))
     if odd == 1:
         return "  " + text + "\t"
     return text
@@ -173,13 +193,18 @@ def report_compared():
     print(f"\none meaning, compared: {COMPARED} in {time.monotonic() - start:.0f} s")
 
 
-def compare(spark, data, clean: bool) -> None:
-    """One drawn schema and batch: where `type_lines` answers, Spark's conform of the lines answers the same."""
-    columns = data.draw(schema())
+def drawn(data, with_nested: bool = False, clean: bool = False) -> tuple[list, list[str], list[str]]:
+    """A drawn schema (its columns, and as written in a datafile) and a batch of lines for it."""
+    columns = data.draw(schema(with_nested))
     texts = [f"`{name}` {written} `json:{path}`" + (f" DEFAULT {default}" if default else "")
              for name, written, path, default in columns]
+    return columns, texts, data.draw(st.lists(line(columns, clean), min_size=3, max_size=12))
+
+
+def compare(spark, data, clean: bool) -> None:
+    """One drawn schema and batch: where `type_lines` answers, Spark's conform of the lines answers the same."""
+    columns, texts, lines = drawn(data, clean=clean)
     ds = datasource(texts)
-    lines = data.draw(st.lists(line(columns, clean), min_size=3, max_size=12))
     COMPARED["schemas"] += 1
     typed = jsonlines.type_lines(lines, ds, "UTC")
     if typed is None:
@@ -190,6 +215,9 @@ def compare(spark, data, clean: bool) -> None:
     assert mine == [tuple(comparable(v) for v in row) for row in rows], (texts, lines)
     assert [(raw, reason) for _, raw, reason in typed.misfits] == misfits, (texts, lines)
     assert typed.rows.schema.types == arrow_schema.types, texts
+    strings = [name for name, written, _, _ in columns if base(base(written)) in ("String", "STRING")]
+    COMPARED["integers as strings"] += sum(1 for row in typed.rows.to_pylist() for name in strings
+                                           if isinstance(row[name], str) and re.fullmatch(r"-?[0-9]+", row[name]))
     COMPARED["lines"] += len(lines)
     COMPARED["rows"] += len(rows)
     COMPARED["misfits"] += len(misfits)
@@ -205,6 +233,7 @@ def test_lines_typed_without_spark_land_as_sparks_conform(spark):
     # Most drawn batches are typed without Spark: if few were, the comparison proves little.
     assert COMPARED["typed without Spark"] >= COMPARED["schemas"] // 3, COMPARED
     assert COMPARED["misfits"] >= 10 and COMPARED["rows"] >= 50, COMPARED
+    assert COMPARED["integers as strings"] >= 3, COMPARED  # integers sent for strings are typed (and compared)
 
 
 def test_batches_that_all_fit_are_typed_column_by_column_as_spark(spark, monkeypatch):
@@ -214,8 +243,22 @@ def test_batches_that_all_fit_are_typed_column_by_column_as_spark(spark, monkeyp
     fast = jsonlines._fast
     monkeypatch.setattr(jsonlines, "_fast", lambda *args: taken.append(fast(*args)) or taken[-1])
 
-    examples(20)(given(data=st.data())(lambda data: compare(spark, data, clean=True)))()
+    examples(30)(given(data=st.data())(lambda data: compare(spark, data, clean=True)))()
     assert sum(rows is not None for rows, _slow in taken) >= 10, "the column-at-a-time way was hardly taken"
+
+
+def test_schemas_only_spark_reads_answer_every_line(spark):
+    """A schema with a type `type_lines` never reads (an array or a map of arrays or maps) goes Spark's way, whose
+    conform lands or quarantines every line."""
+    def answered(data) -> None:
+        _columns, texts, lines = drawn(data, with_nested=True)
+        ds = datasource(texts)
+        assert jsonlines.type_lines(lines, ds, "UTC") is None
+        rows, misfits, _ = spark_outcome(spark, lines, ds)
+        assert len(rows) + len(misfits) == sum(1 for text in lines if text.strip()), (texts, lines)
+        COMPARED["schemas only Spark reads"] += 1
+
+    examples(5)(given(data=st.data())(answered))()
 
 
 def test_what_is_left_to_spark():
@@ -247,3 +290,38 @@ def test_clickhouse_ranges_defaults_and_reasons(spark):
     rows, misfits, _ = spark_outcome(spark, lines, ds)
     assert misfits == [(raw, reason) for _, raw, reason in typed.misfits]
     assert rows == [tuple(row.values()) for row in typed.rows.to_pylist()]
+
+
+def test_wide_integers_nullable_unsigned_integers_and_integers_for_strings_land_alike(spark):
+    """Int128/UInt256 (DECIMAL(38,0): a range check with a literal wider than that would fail Spark's conform),
+    Nullable(UInt8) (its range too), integers in strings of 19 characters and more, integers sent for a String:
+    typed without Spark and by Spark's conform alike, as ClickHouse's ranges and Spark's casts say."""
+    ds = datasource(["`i` Int128", "`u` Nullable(UInt256)", "`n` Nullable(UInt8)", "`s` String", "`l` Int64"])
+    lines = [json.dumps({"i": DECIMAL_38, "u": 5, "n": 255, "s": 12, "l": "1234567890123456789"}),
+             '{"i": -7, "u": -1}', '{"n": 300}', '{"n": -5}', f'{{"i": {DECIMAL_38 + 1}}}',
+             '{"l": "0000000000000000000042", "s": -0}']
+    typed = jsonlines.type_lines(lines, ds, "UTC")
+    rows, misfits, _ = spark_outcome(spark, lines, ds)
+    assert [reason for _, reason in misfits] == [
+        'column `u`: cannot read "-1" as Nullable(UInt256)', 'column `n`: cannot read "300" as Nullable(UInt8)',
+        'column `n`: cannot read "-5" as Nullable(UInt8)', f'column `i`: cannot read "{DECIMAL_38 + 1}" as Int128']
+    assert rows == [(Decimal(DECIMAL_38), Decimal(5), 255, "12", 1234567890123456789),
+                    (0, None, None, "-0", 42)]
+    assert typed is not None and [(raw, reason) for _, raw, reason in typed.misfits] == misfits
+    assert [tuple(row.values()) for row in typed.rows.to_pylist()] == rows
+
+
+def test_arrays_and_maps_of_arrays_maps_and_wide_integers_land_through_sparks_conform(spark):
+    """A map of arrays or of maps, an array of arrays (no range is checked over a value that is no integer), an array
+    of UInt128 (DECIMAL(38,0) elements, 0 the least): Spark's conform reads them, and `type_lines` leaves them to
+    it."""
+    ds = datasource(["`m` Map(String, Array(UInt8))", "`mm` Map(String, Map(String, UInt8))",
+                     "`aa` Array(Array(Int8)) `json:$.aa[:]`", "`big` Array(UInt128) `json:$.big[:]`"])
+    lines = [json.dumps({"m": {"a": [1, 2]}, "mm": {"x": {"y": 3}}, "aa": [[1], [-2, 3]], "big": [0, DECIMAL_38]}),
+             '{"m": {"b": [300]}}', '{"aa": [[1000]]}', '{"big": [5, -1]}']
+    assert jsonlines.type_lines(lines, ds, "UTC") is None
+    rows, misfits, _ = spark_outcome(spark, lines, ds)
+    assert rows == [([("a", [1, 2])], [("x", [("y", 3)])], [[1], [-2, 3]], [0, DECIMAL_38]),
+                    ([("b", [300])], [], [], [])]
+    assert misfits == [('{"aa": [[1000]]}', 'column `aa`: cannot read "[[1000]]" as Array(Array(Int8))'),
+                       ('{"big": [5, -1]}', 'column `big`: cannot read "[5,-1]" as Array(UInt128)')]

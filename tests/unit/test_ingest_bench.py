@@ -142,6 +142,23 @@ def test_the_section_shows_every_figure_and_verdict():
     assert "| source: Delta commit (write the rows) | 1.000 | 33% |" in text and "| other |" not in text
     assert "**3.0** / 3.5x (PRODUCT.md section 8: ≤ 2x)" in text
     assert "### What limits throughput" in text
+    assert "| A: plain Delta append, 10-row batches, sequential | 2.0 | 20 | 0.4 / 0.6 / 0.7 s | (no views) | 60 | |\n" \
+        in text
+
+
+def test_the_real_shaped_section_shows_its_scenarios_floor_and_the_ways_commits_took():
+    plain = {"requests_per_s": 3.0, "rows_per_s": 3000.0, "requests": 9, "latency_p50_s": 0.3, "latency_p95_s": 0.5,
+             "latency_p99_s": 0.6}
+    closed = dict(scenario(120.0, 10), server={"commits": 40, "arrow_parsed_commits": 30,
+                                               "arrow_committed_commits": 40, "quarantined_rows": 12})
+    fresh = dict(closed, fresh_connections=True)
+    lines = bench.real_section({"real": {"scenarios": {"RA": closed, "RC": fresh}, "plain": {"RB": plain}}})
+    assert "| RA: 10-row requests, 8 clients | 120.0 | 1,200 | 0.2 / 0.4 / 0.45 s | 2.5 s | 40 | 75% / 100% | 12 | 1.5 |" \
+        in lines
+    assert "| RC: 10-row requests, 8 clients, a new connection per request | 120.0 | 1,200 | 0.2 / 0.4 / 0.45 s | " \
+        "2.5 s | 40 | 75% / 100% | 12 | 1.5 |" in lines
+    assert "| RB: plain Delta append, 1,000-row batches, sequential | 3.0 | 3,000 | 0.3 / 0.5 / 0.6 s | (no views) | 9 " \
+        "| | | |" in lines
 
 
 class _Slow(BaseHTTPRequestHandler):

@@ -769,16 +769,35 @@ def test_arbitrary_text_never_crashes(text: str) -> None:
 # What ClickHouse makes of a value at ingest
 
 
+DECIMAL_38 = 10 ** 38 - 1  # what DECIMAL(38,0), the Spark type of 128- and 256-bit integers, holds either way
+
+
 @pytest.mark.parametrize("written, bounds, element, missing", [
     ("UInt32", (0, 2 ** 32 - 1), None, "0"),
-    ("Int8", (-128, 127), None, "0"),
+    ("UInt64", (0, 2 ** 64 - 1), None, "0"),  # DECIMAL(20,0) holds more
+    ("Int8", None, None, "0"),  # TINYINT holds exactly Int8's range: no check beyond Spark's cast
+    ("Int64", None, None, "0"),
+    ("Int128", None, None, "0"),  # wider than DECIMAL(38,0): Spark's cast is the check
+    ("Int256", None, None, "0"),
+    ("UInt128", (0, DECIMAL_38), None, "0"),  # only the lower bound is narrower
+    ("UInt256", (0, DECIMAL_38), None, "0"),
     ("LowCardinality(String)", None, None, "''"),
-    ("Nullable(UInt8)", None, None, None),  # Nullable keeps NULL; ranges are for values that are there
+    ("Nullable(UInt8)", (0, 255), None, None),  # Nullable keeps NULL, and a value that is there keeps its range
+    ("LowCardinality(Nullable(UInt16))", (0, 65535), None, None),
     ("LowCardinality(Nullable(String))", None, None, None),
     ("Array(UInt8)", None, (0, 255), "array()"),
+    ("Array(Nullable(UInt8))", None, (0, 255), "array()"),
+    ("Array(UInt128)", None, (0, DECIMAL_38), "array()"),
     ("Map(String, UInt16)", None, (0, 65535), "map()"),
+    ("Map(LowCardinality(String), Nullable(UInt32))", None, (0, 2 ** 32 - 1), "map()"),
+    ("Map(String, Array(UInt8))", None, None, "map()"),  # a map of arrays: no value is an integer
+    ("Map(String, Map(String, UInt8))", None, None, "map()"),
+    ("Array(Array(UInt8))", None, None, "array()"),
     ("DateTime64(3, 'UTC')", None, None, "TIMESTAMP'1970-01-01 00:00:00+00:00'"),
     ("Decimal(10, 2)", None, None, "0"),
+    ("FixedString(4)", None, None, None),  # no default here: NULL, as for Enum8/16 and Tuple
+    ("Enum8('a' = 1)", None, None, None),
+    ("Tuple(a UInt8, b String)", None, None, None),
     ("BIGINT", None, None, None),  # Spark spellings keep Spark's meaning
     ("STRING", None, None, None),
 ])
@@ -788,3 +807,13 @@ def test_value_rules_follow_clickhouse(written, bounds, element, missing):
     rules = value_rules(written)
     assert (rules.bounds, rules.element_bounds, rules.missing_sql) == (bounds, element, missing)
     assert rules.takes_default is (missing is not None)
+
+
+@pytest.mark.parametrize("spark_type, holds", [
+    ("TINYINT", (-128, 127)), ("BIGINT", (-(2 ** 63), 2 ** 63 - 1)), ("DECIMAL(20,0)", (-(10 ** 20 - 1), 10 ** 20 - 1)),
+    ("DECIMAL(10,2)", None), ("DOUBLE", None), ("STRING", None),
+])
+def test_integer_range_is_what_the_spark_type_holds(spark_type, holds):
+    from pipeframe.datafiles.types import integer_range
+
+    assert integer_range(spark_type) == holds
