@@ -83,6 +83,7 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Array, exp.ArraySize, exp.ArrayContains, exp.Flatten, exp.ArrayDistinct, exp.ArrayAgg,
     exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.DenseRank,
     exp.Anonymous, exp.Interval, exp.RegexpLike, exp.RegexpReplace, exp.DateDiff, exp.AddMonths,
+    exp.JSONExtractScalar, exp.JSONPath, exp.JSONPathRoot, exp.JSONPathKey, exp.JSONPathSubscript,
 })
 # Rendered with a transform of this module (see `_transform`).
 # Spark functions sqlglot knows by no class: name → how DuckDB calls them.
@@ -437,6 +438,31 @@ def _regex(node: exp.Expr) -> exp.Expr:
     return node
 
 
+# JSON values whose text DuckDB gives as Spark's get_json_object does: a string unquoted, a boolean, an integer. A
+# double, an object or an array is printed by each in its own way (1e2 and 100.0, spacing): the query goes to Spark.
+_JSON_AGREES = ("VARCHAR", "BOOLEAN", "BIGINT", "UBIGINT", "NULL")
+READ_ELSEWHERE = "[PF_READ_PATH]"  # raised from inside a DuckDB query for a value only Spark prints as Spark does
+
+
+def _json_value(node: exp.Expr) -> exp.Expr:
+    """`get_json_object(json, path)` for a path of keys and indexes (no wildcard), where the value found is one whose
+    text both give alike; any other value makes DuckDB raise, and Spark answers the query. Text that is not JSON
+    does too (Spark answers NULL, DuckDB raises)."""
+    path = node.expression
+    if not isinstance(path, exp.JSONPath) or any(
+            not isinstance(part, exp.JSONPathRoot | exp.JSONPathKey | exp.JSONPathSubscript) or
+            (isinstance(part, exp.JSONPathSubscript) and not isinstance(part.this, int))
+            for part in path.expressions):
+        raise Untranslatable("`get_json_object`", "a JSON path with wildcards or slices")
+    value, text = node.this, exp.Literal.string(path.sql(dialect=DUCKDB).strip("'"))
+    kind = exp.func("json_type", value.copy(), text.copy())
+    extracted = exp.JSONExtractScalar(this=value.copy(), expression=path.copy())
+    agrees = exp.Or(this=exp.Is(this=kind.copy(), expression=exp.Null()),
+                    expression=exp.In(this=kind, expressions=[exp.Literal.string(k) for k in _JSON_AGREES]))
+    raised = exp.func("error", exp.Literal.string(f"{READ_ELSEWHERE} a JSON number, object or array"))
+    return exp.Case(ifs=[exp.If(this=agrees, true=extracted)], default=raised)
+
+
 def _like(node: exp.Expr) -> exp.Expr:
     """Spark's LIKE takes `\\` as its escape character; DuckDB's LIKE has none unless told."""
     return exp.Escape(this=node, expression=exp.Literal.string("\\"))
@@ -458,7 +484,7 @@ _HANDLERS: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr]] = {
     exp.Div: _divide, exp.IntDiv: _divide, exp.Mod: _divide, exp.Round: _round, exp.Like: _like,
     exp.ILike: _like, exp.Anonymous: _anonymous, exp.CountIf: _count_if, exp.Substring: _substring,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Interval: _interval, exp.RegexpLike: _regex,
-    exp.RegexpReplace: _regex,
+    exp.RegexpReplace: _regex, exp.JSONExtractScalar: _json_value,
 }
 
 

@@ -36,7 +36,8 @@ SCHEMA >
     `x` Nullable(Float64) `json:$.x`,
     `price` Nullable(Decimal(10, 2)) `json:$.price`,
     `flag` Nullable(Bool) `json:$.flag`,
-    `tags` Array(String) `json:$.tags[:]`
+    `tags` Array(String) `json:$.tags[:]`,
+    `payload` Nullable(String) `json:$.payload`
 """
 # One view holding every kind of aggregate state (count, sums of integers, doubles and decimals, min/max, avg,
 # HLL and KLL sketches, a set, arg-max, variance), grouped by a key and a time bucket.
@@ -115,6 +116,9 @@ def facts_rows(rng: random.Random, count: int) -> list[dict]:
             "price": rng.choice([None, "0.00", "2.50", "19.99", "1.005", "-3.10", "1234.56"]),
             "flag": rng.choice([None, True, False]),
             "tags": rng.sample(["a", "b", "c", "d"], rng.randrange(0, 4)),
+            "payload": rng.choice([None, '{"page": "/a", "n": 3, "ok": true, "user": {"id": "u1"}}',
+                                   '{"page": "/b\\u00e9", "n": -4, "ok": false, "user": {"id": null}, "x": 1.5}',
+                                   '{"page": "/c", "list": ["p", "q"], "user": {}}', '{"n": 12345678901234567890}']),
         })
     return rows
 
@@ -222,7 +226,10 @@ TEXT = ["user_id", "country", "upper(user_id)", "lower(country)", "concat(user_i
         "coalesce(country, 'none')", "CAST(n AS STRING)", "CAST(price AS STRING)",
         "CASE WHEN n > 5 THEN 'hi' WHEN n IS NULL THEN 'null' ELSE 'lo' END", "CAST(flag AS STRING)",
         "CAST(day AS STRING)", "CAST(x AS STRING)", "CAST(ts AS STRING)", "upper(substr(user_id, 1, 1))",
-        "regexp_replace(user_id, '^([a-z])([a-z]+)', '$2-$1')", "regexp_replace(user_id, '[aeiou]', '')"]
+        "regexp_replace(user_id, '^([a-z])([a-z]+)', '$2-$1')", "regexp_replace(user_id, '[aeiou]', '')",
+        "get_json_object(payload, '$.page')", "get_json_object(payload, '$.user.id')",
+        "get_json_object(payload, '$.list[1]')", "get_json_object(payload, '$.ok')", "get_json_object(payload, '$.n')",
+        "get_json_object(payload, '$.x')"]
 TIME = ["ts", "day", "date_trunc('hour', ts)", "date_trunc('DAY', ts)", "to_date(ts)", "CAST(day AS TIMESTAMP)",
         "CAST(ts AS DATE)", "date_trunc('MONTH', day)", "ts - INTERVAL 90 MINUTES", "ts + INTERVAL 1 MONTH",
         "add_months(day, 1)"]
