@@ -110,7 +110,7 @@ def parse_select(sql: str, base: Location, types: TypesOf = None) -> exp.Express
             translated, problems = from_clickhouse(text)
         except (ParseError, TokenError, RecursionError, ValueError):
             if spark_error is not None:
-                raise _syntax_error(spark_error, base) from None
+                raise _syntax_error(spark_error, base, text) from None
             # Spark read it but ClickHouse cannot: translate its calls on the Spark reading.
             problems = []
             translated = translate_calls(tree, problems)  # type: ignore[arg-type]
@@ -137,10 +137,15 @@ def _quoted_names(text: str, tree: exp.Expression, types: TypesOf) -> bool:
     return any(match.group(1).lower() in columns for match in DOUBLE_QUOTED.finditer(text))
 
 
-def _syntax_error(exc: ParseError, base: Location) -> PipeframeError:
+def _syntax_error(exc: ParseError, base: Location, text: str) -> PipeframeError:
     err = exc.errors[0] if exc.errors else {}
     line, col = err.get("line") or 1, err.get("col") or 1
     desc = (err.get("description") or str(exc)).split("\n")[0]
+    lines = text.splitlines()
+    if 0 < line <= len(lines) and lines[line - 1].strip() == "%":  # Tinybird's marker is the SQL's first line only
+        return PipeframeError("PF303", "A `%` line inside the SQL: it marks a templated node only as the SQL's first "
+                              "line.", "Move the `%` to the first line of the node's SQL.",
+                              Location(base.path, base.line + line - 1, base.col + max(col - 1, 0)))
     return PipeframeError("PF303", f"SQL syntax error: {desc.rstrip('.')}.",
                           "Fix the SQL near this position (Spark SQL syntax).",
                           Location(base.path, base.line + line - 1, base.col + max(col - 1, 0)))

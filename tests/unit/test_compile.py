@@ -109,6 +109,13 @@ def test_unknown_reference_with_suggestion(make_project):
     assert (d.code, d.location.line) == ("PF301", 3) and "`sales`" in d.hint
 
 
+def test_a_percent_line_inside_the_sql_is_named_with_its_fix(make_project):
+    pipe = "NODE n\nSQL >\n    SELECT * FROM sales\n    %\n    WHERE amount > {{ Int(m, 1) }}\nTYPE endpoint\n"
+    [d] = Project(make_project({"pipes/p.pipe": pipe})).check().errors
+    assert (d.code, d.location.line, d.location.col) == ("PF303", 4, 5)
+    assert "first line" in d.hint
+
+
 def test_cycle_prints_the_whole_cycle(make_project):
     a = "NODE n\nSQL >\n    SELECT product FROM b_out\nTYPE materialized\nDATASOURCE a_out\n"
     b = "NODE n\nSQL >\n    SELECT product FROM a_out\nTYPE materialized\nDATASOURCE b_out\n"
