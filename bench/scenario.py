@@ -44,10 +44,10 @@ EXACT_COLUMNS = "hour, endpoint, status, requests, bytes, round(latency_sum, 2) 
 
 # An endpoint over the hourly view, and the same answer computed from the raw rows.
 ENDPOINT_FILTER = """\
-    %
     WHERE {time} >= {{{{ DateTime(start, '2024-05-01 00:00:00', description="first hour") }}}}"""
 ENDPOINTS = {
     "traffic": """\
+    %
     SELECT endpoint, sum(requests) AS requests, sum(bytes) AS bytes
     FROM requests_by_hour
 {filter}
@@ -55,6 +55,7 @@ ENDPOINTS = {
     ORDER BY requests DESC, endpoint
     LIMIT 10""".format(filter=ENDPOINT_FILTER.format(time="hour")),
     "traffic_raw": """\
+    %
     SELECT endpoint, count(*) AS requests, sum(bytes) AS bytes
     FROM events
 {filter}

@@ -10,11 +10,12 @@ process, once with `--engine auto` (the read path) and once with `--engine spark
 each, over HTTP:
 
 * sequential: one client calls the endpoints in turn (`traffic` over the hourly view with five `start` values,
-  `daily_users` over the HLL view, `latencies` over the KLL view): p50 / p95 / p99 per endpoint, in ms;
-* concurrent: --clients client threads call them for --seconds while --ingest-rate event requests/s (10 rows each)
-  are posted to the same server: answers/s, their p50 / p99, the events that landed;
+  `daily_users` over the HLL view, `latencies` over the KLL view) over and over, answers the server keeps; then
+  `traffic` with a new `start` hour each call (a statement never answered before): p50 / p95 / p99 in ms;
+* concurrent: --clients client threads call them for --seconds while --ingest-rate event requests/s (10 rows each,
+  one writer thread per 10/s) are posted to the same server: answers/s, their p50 / p99, the events that landed;
 * view vs raw: `traffic` against `traffic_raw`, the same answer computed from the raw rows (as the views section
-  does on Spark), paired repeats;
+  does on Spark), paired repeats, a new `start` hour each pair;
 * fresh processes: `pipeframe endpoint traffic` and `pipeframe status` as subprocesses, with --engine auto and with
   --engine spark, alternately.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -74,6 +76,16 @@ def starts(rows: int) -> list[str]:
     return found
 
 
+def hours(rows: int, count: int) -> list[str]:
+    """`count` distinct `start` hours across the newer half of the source: each a statement not answered before."""
+    span = rows * SECONDS_PER_ROW / 2
+    found = []
+    for i in range(count):
+        at = START_EPOCH + int(span + span * i / count)
+        found.append(datetime.fromtimestamp(at - at % 3600, UTC).strftime("%Y-%m-%d %H:%M:%S"))
+    return list(dict.fromkeys(found))
+
+
 def calls(rows: int) -> list[tuple[str, dict]]:
     return [("traffic", {"start": s}) for s in starts(rows)] + [("daily_users", {}), ("latencies", {})]
 
@@ -114,12 +126,13 @@ def answers_of(url: str, chosen: list[tuple[str, dict]]) -> dict:
         client.close()
 
 
-def sequential(url: str, chosen: list[tuple[str, dict]], requests: int) -> dict:
-    """One client, the calls in turn, `requests` of them after one warm-up round: latency per endpoint in ms."""
+def sequential(url: str, chosen: list[tuple[str, dict]], requests: int, warm: bool = True) -> dict:
+    """One client, the calls in turn, `requests` of them (after one warm-up round if `warm`: the answers are then
+    those the server keeps): latency per endpoint in ms."""
     client = Client(url)
     times: dict[str, list[float]] = {}
     try:
-        for pipe, params in chosen:  # warm-up: first statements, first copies of the tables
+        for pipe, params in chosen if warm else chosen[:1]:  # first statements, first copies of the tables
             client.get(pipe, params)
         for i in range(requests):
             pipe, params = chosen[i % len(chosen)]
@@ -141,8 +154,9 @@ def latency(values: list[float]) -> dict:
 
 
 def concurrent(url: str, chosen: list[tuple[str, dict]], clients: int, seconds: float, ingest_rate: float) -> dict:
-    """`clients` threads calling the endpoints for `seconds` while one thread posts `ingest_rate` event requests/s
-    (10 rows each, paced): answers/s and their latency."""
+    """`clients` threads calling the endpoints for `seconds` while writer threads post `ingest_rate` event requests/s
+    (10 rows each, paced; one writer per 10 requests/s, as each waits for its group commit): answers/s and their
+    latency."""
     stop = time.monotonic() + seconds
     done: list[float] = []
     failed = [0]
@@ -169,13 +183,15 @@ def concurrent(url: str, chosen: list[tuple[str, dict]], clients: int, seconds: 
         with guard:
             done.extend(mine)
 
+    writers = max(1, math.ceil(ingest_rate / 10))
+
     def writer() -> None:
         client = Client(url)
         begin = time.monotonic()
         sent = 0
         try:
             while time.monotonic() < stop:
-                due = begin + sent / ingest_rate
+                due = begin + sent * writers / ingest_rate
                 if due > time.monotonic():
                     time.sleep(due - time.monotonic())
                 posted.append(client.post("/v0/events?name=events", payloads[sent % len(payloads)]))
@@ -185,7 +201,7 @@ def concurrent(url: str, chosen: list[tuple[str, dict]], clients: int, seconds: 
 
     threads = [threading.Thread(target=reader, args=(n,)) for n in range(clients)]
     if ingest_rate > 0:
-        threads.append(threading.Thread(target=writer))
+        threads += [threading.Thread(target=writer) for _ in range(writers)]
     started = time.monotonic()
     for thread in threads:
         thread.start()
@@ -198,12 +214,13 @@ def concurrent(url: str, chosen: list[tuple[str, dict]], clients: int, seconds: 
             "events_per_s": round(accepted / elapsed, 1), "events_refused": len(posted) - accepted}
 
 
-def view_over_raw(url: str, start: str, repeats: int) -> dict:
-    """`traffic` and `traffic_raw` (the same answer) called alternately: seconds each and the paired ratio."""
+def view_over_raw(url: str, starts_: list[str]) -> dict:
+    """`traffic` and `traffic_raw` (the same answer) called alternately, a new `start` for each pair (so no answer is
+    one the server kept): seconds each and the paired ratio."""
     client = Client(url)
     view, raw = [], []
     try:
-        for i in range(repeats + 1):
+        for i, start in enumerate(starts_):
             for pipe, times in (("traffic", view), ("traffic_raw", raw)):
                 started = time.perf_counter()
                 status, body = client.get(pipe, {"start": start})
@@ -290,9 +307,11 @@ def run(rows: int, requests: int, seconds: float, clients: int, ingest_rate: flo
                 if engine == "auto":
                     results["rows_compared"] = same_answers(answers_of(server.url, checked), expected)
                 count = requests if engine == "auto" else max(len(chosen) * 3, requests // 20)
+                fresh = [("traffic", {"start": hour}) for hour in hours(rows, count // 4 + 1)]
                 results[engine] = {"sequential": sequential(server.url, chosen, count),
-                                   "view_over_raw": view_over_raw(server.url, starts(rows)[0],
-                                                                  5 if engine == "auto" else 3)}
+                                   "new_statements": sequential(server.url, fresh, len(fresh) - 1, warm=False),
+                                   "view_over_raw": view_over_raw(server.url, hours(rows, 7 if engine == "auto"
+                                                                                    else 4)[1:])}
                 results[engine]["concurrent"] = concurrent(server.url, chosen, clients, seconds, ingest_rate)
             finally:
                 server.stop()
@@ -310,6 +329,7 @@ def run(rows: int, requests: int, seconds: float, clients: int, ingest_rate: flo
 def section(results: dict) -> list[str]:
     auto, spark, cli = results["auto"], results["spark"], results["cli"]
     seq, seq_spark = auto["sequential"], spark["sequential"]
+    new, new_spark = auto["new_statements"]["all"], spark["new_statements"]["all"]
     conc, conc_spark = auto["concurrent"], spark["concurrent"]
     rows = results["view_rows"]
     cli_worst = max(cli["endpoint_auto_s"]["median"], cli["status_auto_s"]["median"])
@@ -327,10 +347,14 @@ def section(results: dict) -> list[str]:
         f"tables' snapshots) and `--engine spark`. Before timing, every answer of the read path equalled Spark's "
         f"({results['rows_compared']} rows compared)."), "",
         "| target | measured (read path) | Spark | verdict |", "|---|---|---|---|",
-        (f"| {TARGETS['p50_ms'][0]} | {seq['all']['p50_ms']} ms | {seq_spark['all']['p50_ms']} ms | "
-        f"{met(seq['all']['p50_ms'], TARGETS['p50_ms'][1])} |"),
-        (f"| {TARGETS['p99_ms'][0]} | {seq['all']['p99_ms']} ms | {seq_spark['all']['p99_ms']} ms | "
-        f"{met(seq['all']['p99_ms'], TARGETS['p99_ms'][1])} |"),
+        (f"| {TARGETS['p50_ms'][0]}: answers the server keeps | {seq['all']['p50_ms']} ms | "
+        f"{seq_spark['all']['p50_ms']} ms | {met(seq['all']['p50_ms'], TARGETS['p50_ms'][1])} |"),
+        (f"| {TARGETS['p99_ms'][0]}: answers the server keeps | {seq['all']['p99_ms']} ms | {seq_spark['all']['p99_ms']} "
+        f"ms | {met(seq['all']['p99_ms'], TARGETS['p99_ms'][1])} |"),
+        (f"| {TARGETS['p50_ms'][0]}: a new statement each call (`traffic`, {new['n']} hours) | {new['p50_ms']} ms | "
+        f"{new_spark['p50_ms']} ms | {met(new['p50_ms'], TARGETS['p50_ms'][1])} |"),
+        (f"| {TARGETS['p99_ms'][0]}: a new statement each call | {new['p99_ms']} ms | {new_spark['p99_ms']} ms | "
+        f"{met(new['p99_ms'], TARGETS['p99_ms'][1])} |"),
         (f"| {TARGETS['answers_per_s'][0]} | {conc['answers_per_s']} answers/s | {conc_spark['answers_per_s']} "
         f"answers/s | {met(conc['answers_per_s'], TARGETS['answers_per_s'][1], at_most=False)} |"),
         (f"| {TARGETS['view_over_raw'][0]} | {report.ratio_text(auto['view_over_raw']['raw_over_view'])} | "
@@ -339,7 +363,8 @@ def section(results: dict) -> list[str]:
         (f"| {TARGETS['cli_s'][0]} | endpoint {cli['endpoint_auto_s']['median']} s, status "
         f"{cli['status_auto_s']['median']} s | endpoint {cli['endpoint_spark_s']['median']} s, status "
         f"{cli['status_spark_s']['median']} s | {met(cli_worst, TARGETS['cli_s'][1])} |"), "",
-        "One client, the endpoints in turn (ms):", "",
+        ("One client, the endpoints in turn, the same seven calls over and over (ms; a dashboard's reloads: after the "
+         "first, each answer is one the server keeps until a table it read moves):"), "",
         "| endpoint | n | p50 | p95 | p99 | max | Spark p50 | Spark p99 |", "|---|---|---|---|---|---|---|---|",
     ]
     for pipe, figures in seq.items():
@@ -351,7 +376,7 @@ def section(results: dict) -> list[str]:
         f"(10 rows each; {conc['events_refused']} refused): read path {conc['answers']:,} answers, p50 "
         f"{conc['p50_ms']} ms, p99 {conc['p99_ms']} ms ({conc['failed']} failed); Spark {conc_spark['answers']:,} "
         f"answers, p50 {conc_spark['p50_ms']} ms, p99 {conc_spark['p99_ms']} ms."), "",
-        (f"View vs raw rows (`traffic` vs `traffic_raw`, paired): read path {spread_ms(auto['view_over_raw'])}; Spark "
+        (f"View vs raw rows (`traffic` vs `traffic_raw`, paired, a new `start` each pair): read path {spread_ms(auto['view_over_raw'])}; Spark "
         f"{spread_ms(spark['view_over_raw'])}."), "",
         (f"Fresh processes (median of the runs): `pipeframe endpoint` {cli['endpoint_auto_s']['median']} s "
         f"({spread_s(cli['endpoint_auto_s'])}) vs {cli['endpoint_spark_s']['median']} s with `--engine spark`; "
