@@ -10,15 +10,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import tables
-from pipeframe.engine.deploy import Deployer, DeployResult
-from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.diff import drop_views
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.sqltext import first_line, quote_path
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # materialize and deploy are imported where used: `status` reads without them (a fresh process)
+    from pipeframe.engine.deploy import DeployResult
+    from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
     from pipeframe.engine.session import SparkSession
 
 RATE_SECONDS = 60.0  # the window of a view's rows/s
@@ -141,7 +141,11 @@ def _status(deployed: DeployedSnapshot, view: DeployedResource, record: ViewReco
         problem = problem or f"cannot read its source `{view.state.source}`: {first_line(exc)}"
     reason = record.error or problem or record.stale_reason
     state = "error" if problem and not record.backfill else effective_status(record)
-    backfill = BackfillProgress.from_run(view.state.name, record.backfill) if record.backfill else None
+    backfill = None
+    if record.backfill:
+        from pipeframe.engine.materialize import BackfillProgress
+
+        backfill = BackfillProgress.from_run(view.state.name, record.backfill)
     return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
                       view.state.source, source_version, watermark.source_version, lag, lag_seconds,
                       watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill,
@@ -219,6 +223,8 @@ class Lifecycle:
         view = self.materializer.resolve(name)
         deployed = self.materializer.deployed
         plan = drop_views(deployed.states, view.key, force, deployed.fingerprint)
+        from pipeframe.engine.deploy import Deployer
+
         result = Deployer(self.spark, self.warehouse).apply(plan, git_commit)
         for change in plan.changes:
             if change.deployed is not None and change.deployed.has_table:
