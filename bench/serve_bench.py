@@ -66,16 +66,6 @@ TARGETS = {
 }
 
 
-def starts(rows: int) -> list[str]:
-    """Five `start` values of the traffic endpoint across the newer half of the source (each a new statement)."""
-    span = rows * SECONDS_PER_ROW
-    found = []
-    for i in range(5):
-        at = START_EPOCH + int(span * (0.5 + i / 10))
-        found.append(datetime.fromtimestamp(at - at % 3600, UTC).strftime("%Y-%m-%d %H:%M:%S"))
-    return found
-
-
 def hours(rows: int, count: int) -> list[str]:
     """`count` distinct `start` hours across the newer half of the source: each a statement not answered before."""
     span = rows * SECONDS_PER_ROW / 2
@@ -84,6 +74,11 @@ def hours(rows: int, count: int) -> list[str]:
         at = START_EPOCH + int(span + span * i / count)
         found.append(datetime.fromtimestamp(at - at % 3600, UTC).strftime("%Y-%m-%d %H:%M:%S"))
     return list(dict.fromkeys(found))
+
+
+def starts(rows: int) -> list[str]:
+    """Five `start` values of the traffic endpoint across the newer half of the source (each a new statement)."""
+    return hours(rows, 5)
 
 
 def calls(rows: int) -> list[tuple[str, dict]]:
