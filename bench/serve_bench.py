@@ -229,7 +229,13 @@ def view_over_raw(url: str, starts_: list[str]) -> dict:
 
 
 def fresh_processes(root: Path, start: str, repeats: int, spark_repeats: int) -> dict:
-    """`pipeframe endpoint traffic` and `pipeframe status` as new processes: seconds, read path vs Spark."""
+    """`pipeframe endpoint traffic` and `pipeframe status` as new processes: seconds, read path vs Spark.
+
+    pipeframe's modules are compiled to bytecode first, as `pip install` leaves a package (and as Python leaves it
+    after the first run, unless PYTHONDONTWRITEBYTECODE is set, as it is on the team's machines)."""
+    import compileall
+
+    compileall.compile_dir(str(BENCH.parent / "pipeframe"), quiet=1)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(BENCH.parent), os.environ.get("PYTHONPATH",
                                                                                                        "")) if p))
     commands = {"endpoint": ["endpoint", "traffic", "--param", f"start={start}", "--format", "json"],

@@ -12,6 +12,7 @@ old version or the new one, and a data file is read once however many versions k
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -278,9 +279,9 @@ class Snapshots:
 def _snapshot(table: DeltaTable, path: str) -> tuple[list[DataFile], tuple[tuple[str, str], ...], tuple[str, ...]]:
     """The data files of a delta-rs table's loaded version, its columns (name, Spark type) and partition columns;
     Unreadable for what reading the files alone would get wrong (deletion vectors, column mapping)."""
-    import pyarrow as pa
+    from arro3.core import RecordBatchReader  # delta-rs' own Arrow library: pyarrow (and numpy) stay unloaded
 
-    from pipeframe.serving.types import arrow_spark_type
+    from pipeframe.serving.types import delta_spark_type
 
     protocol = table.protocol()
     unknown = set(protocol.reader_features or ()) - READER_FEATURES
@@ -290,17 +291,17 @@ def _snapshot(table: DeltaTable, path: str) -> tuple[list[DataFile], tuple[tuple
     metadata = table.metadata()
     if (metadata.configuration or {}).get("delta.columnMapping.mode", "none") != "none":
         raise Unreadable(f"{path} uses column mapping")
-    schema = pa.schema(table.schema())
-    columns = tuple((field.name, arrow_spark_type(field.type)) for field in schema)
+    columns = tuple((field["name"], delta_spark_type(field["type"]))
+                    for field in json.loads(table.schema().to_json())["fields"])
     partitions = tuple(metadata.partition_columns)
     if "deletionVectors" in (protocol.reader_features or ()) and \
-            pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all().num_rows:
+            RecordBatchReader.from_stream(table.deletion_vectors()).read_all().num_rows:
         raise Unreadable(f"{path} has deletion vectors (rows its files hold that are deleted)")
-    adds = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()  # pa.table() imports pandas
+    adds = table.get_add_actions(flatten=True)
     names = adds.column_names
     wanted = ["path", "size_bytes", "num_records", *(f"partition.{p}" for p in partitions)]
     get = {name: adds.column(name).to_pylist() for name in wanted if name in names}  # (times would import pandas)
-    count = len(adds)
+    count = adds.num_rows
     files = []
     for i in range(count):
         rows = get.get("num_records", [None] * count)[i]

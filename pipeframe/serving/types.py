@@ -1,8 +1,9 @@
-"""Types between the read path's three vocabularies: Arrow (what Delta's files and delta-rs give), Spark (what
+"""Types between the read path's three vocabularies: Delta's (what a table's log declares), Spark (what
 pipeframe's tables are declared in and what an answer's `meta` names) and DuckDB (what its tables are made of)."""
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -10,32 +11,30 @@ from sqlglot import exp
 
 from pipeframe.serving.translate import DIALECT, DUCKDB
 
+_DELTA_PRIMITIVES = {"byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT", "float": "FLOAT",
+                     "double": "DOUBLE", "boolean": "BOOLEAN", "date": "DATE", "string": "STRING", "binary": "BINARY",
+                     "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP_NTZ"}
+_DELTA_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
-def arrow_spark_type(arrow: Any) -> str:
-    """An Arrow type as the Spark type Delta stores it as (TIMESTAMP for an instant, TIMESTAMP_NTZ for a wall time)."""
-    import pyarrow.types as pt
 
-    simple = [(pt.is_int8, "TINYINT"), (pt.is_int16, "SMALLINT"), (pt.is_int32, "INT"), (pt.is_int64, "BIGINT"),
-              (pt.is_float32, "FLOAT"), (pt.is_float64, "DOUBLE"), (pt.is_boolean, "BOOLEAN"),
-              (pt.is_date32, "DATE"), (pt.is_string, "STRING"), (pt.is_large_string, "STRING"),
-              (pt.is_string_view, "STRING"), (pt.is_binary, "BINARY"), (pt.is_large_binary, "BINARY"),
-              (pt.is_binary_view, "BINARY")]
-    for test, name in simple:
-        if test(arrow):
-            return name
-    if pt.is_timestamp(arrow):
-        return "TIMESTAMP" if arrow.tz else "TIMESTAMP_NTZ"
-    if pt.is_decimal(arrow):
-        return f"DECIMAL({arrow.precision}, {arrow.scale})"
-    if pt.is_list(arrow) or pt.is_large_list(arrow) or pt.is_list_view(arrow):
-        return f"ARRAY<{arrow_spark_type(arrow.value_type)}>"
-    if pt.is_map(arrow):
-        return f"MAP<{arrow_spark_type(arrow.key_type)}, {arrow_spark_type(arrow.item_type)}>"
-    if pt.is_struct(arrow):
-        return "STRUCT<" + ", ".join(f"`{f.name}`: {arrow_spark_type(f.type)}" for f in arrow) + ">"
+def delta_spark_type(delta: str | dict[str, Any]) -> str:
+    """A column type of a Delta schema (the protocol's JSON: a primitive name, or an array/map/struct object) as the
+    Spark type pipeframe names it. Read from the log's schema as written, so no Arrow library is loaded for it."""
+    if isinstance(delta, str):
+        if delta in _DELTA_PRIMITIVES:
+            return _DELTA_PRIMITIVES[delta]
+        decimal = _DELTA_DECIMAL.fullmatch(delta)
+        if decimal:
+            return f"DECIMAL({decimal.group(1)}, {decimal.group(2)})"
+    elif delta.get("type") == "array":
+        return f"ARRAY<{delta_spark_type(delta['elementType'])}>"
+    elif delta.get("type") == "map":
+        return f"MAP<{delta_spark_type(delta['keyType'])}, {delta_spark_type(delta['valueType'])}>"
+    elif delta.get("type") == "struct":
+        return "STRUCT<" + ", ".join(f"`{f['name']}`: {delta_spark_type(f['type'])}" for f in delta["fields"]) + ">"
     from pipeframe.serving.snapshots import Unreadable
 
-    raise Unreadable(f"a column of Arrow type {arrow}, which has no Spark type")
+    raise Unreadable(f"a column of Delta type {delta}, which the read path does not read")
 
 
 @lru_cache(maxsize=1024)
