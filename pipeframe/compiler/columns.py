@@ -169,6 +169,8 @@ def resolve(tree: exp.Expression, relations: Mapping[str, Columns | None]) -> Re
     resolver = _Resolver(relations)
     try:
         scopes = traverse_scope(tree)
+        for scope in scopes:  # built lazily: raises here for two tables under one alias (`t AS x JOIN u AS x`)
+            scope.selected_sources  # noqa: B018
     except Exception:  # noqa: BLE001 - a tree sqlglot's scope builder cannot walk is not judged
         return Resolution((), None)
     unknown: list[UnknownColumn] = []
