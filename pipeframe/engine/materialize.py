@@ -271,7 +271,7 @@ class Materializer:
                                               f"no longer kept (vacuumed): {first_line(exc)}")
         else:
             path, written = "append", self._write_batch(view, self._changes(source, commits), joined,
-                                                        records.ViewCommit(rows=rows, path="append"), **watermark)
+                                                        records.ViewCommit(state.name, rows=rows, path="append"), **watermark)
         if not written:
             # Another refresher applied an increment from the same watermark first: Delta skipped this one.
             return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
@@ -294,7 +294,7 @@ class Materializer:
         added, removed = tables.read_change_rows(self.spark, source.state, source.path or "", commits)
         self._register_lookups(state)
         pins = self._pinned(view, joined)
-        metadata = records.ViewCommit(rows=rows, joined=joined)
+        metadata = records.ViewCommit(state.name, rows=rows, joined=joined)
         children = self._children(view)
         if state.negate_sql and not children:
             mode = "negate"
@@ -364,7 +364,7 @@ class Materializer:
             recorded[name] = latest
             commit = {"source_version": watermark.source_version or 0, "source_path": watermark.source_path,
                       "app_id": f"{tables.watermark_app_id(state.name)}:{name}", "txn_version": latest,
-                      "metadata": records.ViewCommit(path=path, joined=dict(recorded),
+                      "metadata": records.ViewCommit(state.name, path=path, joined=dict(recorded),
                                                      rows=sum(c.changed_rows for c in commits))}
             try:
                 states = self._partial_states(view, source, watermark.source_version or 0, table, commits, pins) \
@@ -660,7 +660,7 @@ class Materializer:
         for index in range(int(run["done"]), len(run["chunks"])):
             batch = frame if run["chunks"][index] == "TRUE" else frame.where(run["chunks"][index])
             self._write_batch(target, batch, run.get("joined"), app_id=f"pipeframe-populate:{run['id']}",
-                              txn_version=index + 1, metadata=records.PopulateChunk(run=run["id"], chunk=index + 1))
+                              txn_version=index + 1, metadata=records.PopulateChunk(target.state.name, run["id"], index + 1))
             self.on_step(f"chunk committed {index + 1}")
             run = {**run, "done": index + 1, "updated_at": time.time()}
             record = replace(record, backfill=run)
@@ -671,7 +671,8 @@ class Materializer:
             empty = self.spark.createDataFrame([], target.state.schema)
             tables.write_states(empty, target.state, target.path or "", source_version=pinned,
                                 source_path=source.path,
-                                metadata=records.ViewCommit(backfill="full", joined=run.get("joined") or {}))
+                                metadata=records.ViewCommit(target.state.name, backfill="full",
+                                                            joined=run.get("joined") or {}))
             self.on_step("watermark committed")
         return record
 
@@ -685,7 +686,7 @@ class Materializer:
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
         self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,
-                          metadata=records.ViewCommit(backfill=view.state.backfill or "full"))
+                          metadata=records.ViewCommit(view.state.name, backfill=view.state.backfill or "full"))
         self._drop_temp_views()
 
     # ---------------------------------------------------------------------------------- optimize
@@ -737,7 +738,7 @@ class Materializer:
         missed = [c for c in commits if c.version < mine.version and c.changes_data]
         if missed:
             rows = tables.read_changes(self.spark, view.state, path, missed)
-            tables.write_states(rows, view.state, path, metadata=records.CompactionRestore(restored=version))
+            tables.write_states(rows, view.state, path, metadata=records.CompactionRestore(view.state.name, version))
         self.on_step(f"compacted {view.state.name}")
 
     def _vacuum(self, path: str, retention_hours: float) -> None:

@@ -442,10 +442,10 @@ def guarded_by_lock(path: str) -> bool:
 def _commit_info(state: ResourceState, path: str, source_version: int | None, source_path: str | None,
                  after: int | None, app_id: str | None, txn_version: int | None,
                  metadata: ViewRecord | None) -> tuple[ViewRecord, str | None, int | None]:
-    """A view commit's pipeframe record (`metadata` with the view, a unique commit id and the watermark), and its
+    """A view commit's pipeframe record (`metadata` with a unique commit id and the watermark), and its
     idempotent transaction: a watermark commit's (the view's transaction id, or the one given) where no file lock
     guards the table; a populate chunk's (given) always."""
-    info = replace(metadata or records.ViewCommit(), view=state.name, commit=uuid.uuid4().hex)
+    info = replace(metadata or records.ViewCommit(state.name), commit=uuid.uuid4().hex)
     if source_version is not None:
         if not isinstance(info, records.ViewCommit):
             raise TypeError(f"a watermark is recorded by a view commit, not {type(info).__name__}")

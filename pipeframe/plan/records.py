@@ -76,7 +76,7 @@ class ViewCommit:
     the rows agree with; `partials`: read through the source's partial states; `backfill`: full or skip."""
 
     OP: ClassVar[str | None] = None
-    view: str = ""
+    view: str
     commit: str = ""
     source: str | None = None
     source_version: int | None = None
@@ -93,10 +93,10 @@ class PopulateChunk:
     """Chunk `chunk` (from 1) of populate run `run`."""
 
     OP: ClassVar[str | None] = "populate"
-    view: str = ""
+    view: str
+    run: str
+    chunk: int
     commit: str = ""
-    run: str = ""
-    chunk: int = 0
     joined: dict[str, int] = field(default_factory=dict)
 
 
@@ -114,9 +114,9 @@ class CompactionRestore:
     """State rows committed while the compaction from version `restored` ran, appended again after it."""
 
     OP: ClassVar[str | None] = "compact"
-    view: str = ""
+    view: str
+    restored: int
     commit: str = ""
-    restored: int = 0
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,8 @@ _BY_OP = {cls.OP: cls for cls in (GroupCommit, FixtureLoad, PopulateChunk, Reten
 
 def encode(record: CommitRecord) -> str:
     """A commit's userMetadata: `{"pipeframe": {...}}` with the record's format, kind and fields (those at their
-    default left out, as format 1 did)."""
+    default left out, as format 1 did; the fields that tell kinds apart, `view` and `compacted`/`restored`, have
+    none)."""
     body: dict[str, Any] = {"format": FORMAT, **({"op": record.OP} if record.OP else {})}
     for f in fields(record):
         value = getattr(record, f.name)
