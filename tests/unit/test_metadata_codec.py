@@ -45,10 +45,12 @@ def test_every_kind_of_commit_record_reads_back_as_written(record):
     assert records.decode(text, "commit 1 of t") == record
 
 
-# Format 1: userMetadata exactly as the previous release (no "format" key) wrote it, copied from the _delta_log of a
-# warehouse it made (/tmp/pf-h/harvest.py: the starter project deployed, its fixtures loaded, rows appended as a
-# list and as a file with an idempotency key, rows deleted, the view populated in chunks and optimized) and from
-# its spark tests' warehouses (join views through partial states, FOLLOW_TTL). Each with what it reads as.
+# Format 1: userMetadata exactly as the previous release (commit 2fc6979, no "format" key) wrote it, copied from the
+# _delta_log of warehouses its code made: the starter project (`pipeframe init`'s) deployed, its fixtures loaded,
+# rows appended as a list (a group commit) and as a file with an idempotency key, the view populated in chunks
+# (--truncate) and optimized; and the warehouses of its spark tests (test_retractions' join views through partial
+# states, test_views' FOLLOW_TTL). Each with what it reads as.
+EVENTS = "/tmp/pf-harvest/popen-gw0/spark_project0/views/follow_ttl/.pipeframe/warehouse/tables/events/v1"
 ORDERS = "/tmp/pf-harvest/popen-gw1/spark_project0/diff_joins_dda8d4b4/.pipeframe/warehouse/tables/orders/v1"
 FORMAT_1 = [
     # the starter project's warehouse
@@ -89,6 +91,13 @@ FORMAT_1 = [
      f'"source_path": "{ORDERS}", "sql": "fa66ed838c422046", "appended": 0}}}}'),
      records.Partials(2, ORDERS, "fa66ed838c422046", 0)),
     ('{"pipeframe": {"op": "ttl"}}', records.Retention()),
+    # a retraction through a MERGE (`replace_groups`) and one appended negated
+    (('{"pipeframe": {"view": "followed", "rows": 3, "path": "recompute", "commit": "1359d76948f0454ead9ad5d95ec2d72f", '
+     f'"source": "events", "source_version": 6, "source_path": "{EVENTS}"}}}}'),
+     records.ViewCommit("followed", "1359d76948f0454ead9ad5d95ec2d72f", "events", 6, EVENTS, 3, "recompute")),
+    (('{"pipeframe": {"view": "counted", "rows": 3, "path": "negate", "commit": "ff8a63834eca48fbb2bfca37effc4b0d", '
+     f'"source": "events", "source_version": 6, "source_path": "{EVENTS}"}}}}'),
+     records.ViewCommit("counted", "ff8a63834eca48fbb2bfca37effc4b0d", "events", 6, EVENTS, 3, "negate")),
     # no warehouse made here has one (a refresh must commit during `optimize`'s rewrite): the previous release's
     # `write_states(..., metadata={"op": "compact", "restored": version})` wrote {"view", **metadata, "commit"}
     ('{"pipeframe": {"view": "daily", "op": "compact", "restored": 4, "commit": "5d1c0a4a1f2b4e0c9d7e6f5a4b3c2d1e"}}',
