@@ -270,8 +270,9 @@ class Materializer:
                 return self._mark_stale(view, f"the change feed of `{state.source}` from version {applied + 1} is "
                                               f"no longer kept (vacuumed): {first_line(exc)}")
         else:
-            path, written = "append", self._write_batch(view, self._changes(source, commits), joined,
-                                                        records.ViewCommit(state.name, rows=rows, path="append"), **watermark)
+            increment = records.ViewCommit(state.name, rows=rows, path="append")
+            path, written = "append", self._write_batch(view, self._changes(source, commits), joined, increment,
+                                                        **watermark)
         if not written:
             # Another refresher applied an increment from the same watermark first: Delta skipped this one.
             return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
@@ -659,8 +660,9 @@ class Materializer:
         self.on_progress(BackfillProgress.from_run(view.state.name, run))
         for index in range(int(run["done"]), len(run["chunks"])):
             batch = frame if run["chunks"][index] == "TRUE" else frame.where(run["chunks"][index])
-            self._write_batch(target, batch, run.get("joined"), app_id=f"pipeframe-populate:{run['id']}",
-                              txn_version=index + 1, metadata=records.PopulateChunk(target.state.name, run["id"], index + 1))
+            self._write_batch(target, batch, run.get("joined"),
+                              records.PopulateChunk(target.state.name, run["id"], index + 1),
+                              app_id=f"pipeframe-populate:{run['id']}", txn_version=index + 1)
             self.on_step(f"chunk committed {index + 1}")
             run = {**run, "done": index + 1, "updated_at": time.time()}
             record = replace(record, backfill=run)

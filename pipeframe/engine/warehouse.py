@@ -141,9 +141,10 @@ class Warehouse:
         update it); `fresh` reads it again, as a deploy does under its lock."""
         if self._snapshot is None or fresh:
             self._snapshot = DeployedSnapshot.of(
-                DeployedResource(records.decode_state(r["state"], f"The record of `{r['key']}` in the state store at "
-                                                                  f"{self.state_path}"),
-                                 int(r["version"] or 0), r["path"], r["deployed_at"]) for r in self._records("resource"))
+                DeployedResource(records.decode_state(r["state"], f"The record of `{r['key']}` in the state store "
+                                                                  f"at {self.state_path}"),
+                                 int(r["version"] or 0), r["path"], r["deployed_at"])
+                for r in self._records("resource"))
         return self._snapshot
 
     def history(self) -> list[Deployment]:

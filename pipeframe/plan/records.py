@@ -23,6 +23,7 @@ Commit kinds, told apart by `op` (and, without one, by `view`):
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 import typing
@@ -143,6 +144,7 @@ CommitRecord = (Ingest | GroupCommit | FixtureLoad | ViewCommit | PopulateChunk 
 IngestRecord = Ingest | GroupCommit | FixtureLoad
 KINDS: tuple[type, ...] = typing.get_args(CommitRecord)
 _BY_OP = {cls.OP: cls for cls in (GroupCommit, FixtureLoad, PopulateChunk, Retention, Partials)}
+_FIELDS = {cls: typing.get_type_hints(cls) for cls in KINDS}  # each kind's fields and their types (ClassVar too)
 
 
 def encode(record: CommitRecord) -> str:
@@ -232,9 +234,8 @@ def _check_format(body: Mapping[str, Any], where: str) -> None:
 
 
 def _build(cls: type, body: dict[str, Any], where: str) -> CommitRecord:
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(body) - known)
+    hints = _FIELDS[cls]
+    unknown = sorted(set(body) - {f.name for f in fields(cls)})
     if unknown:
         raise _unreadable(where, _unknown_keys(unknown))
     try:
@@ -245,26 +246,30 @@ def _build(cls: type, body: dict[str, Any], where: str) -> CommitRecord:
 
 def _typed(hint: Any, value: Any) -> Any:
     """`value` as read from JSON, checked against (and converted to) the field's type `hint`."""
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    nullable, base, origin, args = _shape(hint)
     if value is None:
-        if type(None) in options:
+        if nullable:
             return None
         raise TypeError("null where a value is needed")
-    hint = next(o for o in options if o is not type(None))
-    origin = typing.get_origin(hint)
     if origin is dict:
         if not isinstance(value, dict):
             raise TypeError(f"{value!r} is not an object")
-        inner = typing.get_args(hint)[1]
-        return {str(k): _typed(inner, v) for k, v in value.items()}
+        return {str(k): _typed(args[1], v) for k, v in value.items()}
     if origin is tuple:
-        parts = typing.get_args(hint)
-        if not isinstance(value, list) or len(value) != len(parts):
-            raise TypeError(f"{value!r} is not a list of {len(parts)}")
-        return tuple(_typed(p, v) for p, v in zip(parts, value, strict=True))
-    if hint is int and isinstance(value, bool) or not isinstance(value, hint):
-        raise TypeError(f"{value!r} is not a {hint.__name__}")
+        if not isinstance(value, list) or len(value) != len(args):
+            raise TypeError(f"{value!r} is not a list of {len(args)}")
+        return tuple(_typed(p, v) for p, v in zip(args, value, strict=True))
+    if base is int and isinstance(value, bool) or not isinstance(value, base):
+        raise TypeError(f"{value!r} is not a {base.__name__}")
     return value
+
+
+@functools.cache
+def _shape(hint: Any) -> tuple[bool, Any, Any, tuple[Any, ...]]:
+    """A field type taken apart once: (None allowed, the type without None, its generic origin, its arguments)."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    base = next(o for o in options if o is not type(None))
+    return type(None) in options, base, typing.get_origin(base), typing.get_args(base)
 
 
 def _unknown_keys(unknown: list[str]) -> str:

@@ -264,7 +264,8 @@ def deployed_snapshot(records: list[dict], path: str) -> DeployedSnapshot:
     `Warehouse.snapshot` reads them."""
     return DeployedSnapshot.of(
         DeployedResource(decode_state(r["state"], f"The record of `{r['key']}` in the state store at {path}"),
-                         int(r["version"] or 0), r["path"], r["deployed_at"]) for r in records if r["record"] == "resource")
+                         int(r["version"] or 0), r["path"], r["deployed_at"])
+        for r in records if r["record"] == "resource")
 
 
 def quarantine_state(datasource: str) -> ResourceState:

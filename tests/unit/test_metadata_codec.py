@@ -1,6 +1,6 @@
-"""The warehouse's records (`plan/records.py`): every kind round-trips, the records the previous release wrote (format 1,
-copied from a warehouse it made) still read, a newer format is refused (PF610) and an unknown key is an error
-(PF611). No JVM."""
+"""The warehouse's records (`plan/records.py`): every kind round-trips, the records the previous release wrote
+(format 1, copied from warehouses it made) still read, a newer format is refused (PF610) and an unknown key is an
+error (PF611). No JVM."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ BY_KIND = {
 RECORDS = st.one_of(*(BY_KIND[kind] for kind in records.KINDS))  # a kind without a strategy: KeyError
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(RECORDS)
 def test_every_kind_of_commit_record_reads_back_as_written(record):
     text = records.encode(record)
@@ -92,7 +92,8 @@ FORMAT_1 = [
      records.Partials(2, ORDERS, "fa66ed838c422046", 0)),
     ('{"pipeframe": {"op": "ttl"}}', records.Retention()),
     # a retraction through a MERGE (`replace_groups`) and one appended negated
-    (('{"pipeframe": {"view": "followed", "rows": 3, "path": "recompute", "commit": "1359d76948f0454ead9ad5d95ec2d72f", '
+    (('{"pipeframe": {"view": "followed", "rows": 3, "path": "recompute", '
+      '"commit": "1359d76948f0454ead9ad5d95ec2d72f", '
      f'"source": "events", "source_version": 6, "source_path": "{EVENTS}"}}}}'),
      records.ViewCommit("followed", "1359d76948f0454ead9ad5d95ec2d72f", "events", 6, EVENTS, 3, "recompute")),
     (('{"pipeframe": {"view": "counted", "rows": 3, "path": "negate", "commit": "ff8a63834eca48fbb2bfca37effc4b0d", '
@@ -205,7 +206,7 @@ STATES = st.builds(
     depends_on=st.lists(st.sampled_from([ResourceKey.datasource("a"), ResourceKey.pipe("b")]), max_size=2).map(tuple))
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(STATES)
 def test_resource_states_read_back_as_written(state):
     assert records.decode_state(records.encode_state(state), "r") == state
