@@ -193,6 +193,7 @@ def encode_state(state: ResourceState) -> str:
 
 def decode_state(text: str, where: str) -> ResourceState:
     """A resource's state from its record in the state store (`where` names it in errors)."""
+    # here, not at the top: plan.state imports the compiler, which reading a commit's record (the read path) needs not
     from pipeframe.compiler.graph import ResourceKey
     from pipeframe.plan.state import ResourceState
 
