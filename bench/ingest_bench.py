@@ -51,6 +51,8 @@ import report
 from common import ratio, summary
 from scenario import ENDPOINT_COUNT, SECONDS_PER_ROW, START_EPOCH, write_pipeframe_project
 
+from pipeframe.plan import records
+
 BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
 SCENARIOS = {"A": 10, "B": 1000}  # rows per request
@@ -499,15 +501,15 @@ def view_chains(snapshot, landing: str) -> dict[str, list[str]]:
 def visibility(snapshot, landing: str, window: tuple[float, float]) -> dict:
     """Commit → visible per view for the landing datasource's event commits made inside `window` (epochs)."""
     source = [c for c in table_commits(snapshot.table(landing).path)
-              if c.metadata.get("op") == "events" and window[0] <= c.epoch <= window[1]]
+              if isinstance(c.metadata, records.GroupCommit) and window[0] <= c.epoch <= window[1]]
     marks: dict[str, list[ViewCommit]] = {}
     per_view: dict[str, list[float | None]] = {}
     for name, chain in view_chains(snapshot, landing).items():
         levels = []
         for path in chain:
             if path not in marks:
-                marks[path] = [ViewCommit(c.version, c.epoch, int(c.metadata["source_version"]))
-                               for c in table_commits(path) if "source_version" in c.metadata]
+                marks[path] = [ViewCommit(c.version, c.epoch, watermark) for c in table_commits(path)
+                               if (watermark := recorded_watermark(c)) is not None]
             levels.append(marks[path])
         per_view[name] = visible_delays([(c.version, c.epoch) for c in source], levels)
     out: dict = {"source_commits": len(source), "views": {}}
@@ -522,7 +524,7 @@ def visibility(snapshot, landing: str, window: tuple[float, float]) -> dict:
     every = [max(ds) for ds in zip(*per_view.values(), strict=True) if None not in ds]
     out["p95_all_views_s"] = _round(percentile(every, 95))
     rows = [int(c.metrics.get("numOutputRows") or 0) for c in source]
-    requests = [int(c.metadata.get("requests") or 0) for c in source]
+    requests = [c.metadata.requests for c in source]
     gaps = [b.epoch - a.epoch for a, b in itertools.pairwise(source)]
     out["commits"] = {"count": len(source), "rows_median": _round(statistics.median(rows)) if rows else None,
                       "requests_median": _round(statistics.median(requests)) if requests else None,
@@ -530,6 +532,12 @@ def visibility(snapshot, landing: str, window: tuple[float, float]) -> dict:
                       "interval_median_s": _round(statistics.median(gaps)) if gaps else None,
                       "interval_p95_s": _round(percentile(gaps, 95))}
     return out
+
+
+def recorded_watermark(commit) -> int | None:
+    """The source version a view's commit records as its watermark (None when it records none)."""
+    record = commit.metadata
+    return record.source_version if isinstance(record, records.ViewCommit) else None
 
 
 def chain_path(snapshot, name: str) -> str:
@@ -550,9 +558,8 @@ def caught_up(snapshot, landing: str, timeout: float) -> float | None:
         for chain in chains.values():
             wanted = latest
             for path in chain:
-                marks = [c for c in table_commits(path) if "source_version" in c.metadata]
-                covering = first_covering([ViewCommit(c.version, c.epoch, int(c.metadata["source_version"]))
-                                           for c in marks], wanted)
+                covering = first_covering([ViewCommit(c.version, c.epoch, watermark) for c in table_commits(path)
+                                           if (watermark := recorded_watermark(c)) is not None], wanted)
                 if covering is None:
                     done = False
                     break

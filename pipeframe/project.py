@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.engine.query import DataFrame
     from pipeframe.engine.session import SparkSession
     from pipeframe.engine.warehouse import Deployment, Warehouse
+    from pipeframe.plan import records
     from pipeframe.plan.diff import Change, Plan
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
     from pipeframe.serving.reader import Reader
@@ -456,6 +457,7 @@ class Project:
 
         from pipeframe.engine import tables
         from pipeframe.engine.ingest import IngestResult
+        from pipeframe.plan import records
 
         compiled = self.compiled
         dimensions = {d for v in compiled.views for d in v.dimensions}
@@ -466,13 +468,14 @@ class Project:
             name = Path(rel).name.split(".")[0]
             digest = hashlib.sha256((self.root / rel).read_bytes()).hexdigest()[:16]
             table = self.materializer().table(name)
-            loaded = any(c.metadata.get("fixture") == digest for c in tables.history(self.spark, table.path or ""))
+            loaded = any(isinstance(c.metadata, records.FixtureLoad) and c.metadata.fixture == digest
+                         for c in tables.history(self.spark, table.path or ""))
             if loaded and name not in reload:
                 results.append(IngestResult(name, 0, 0, None, ("already loaded",)))
                 continue
             mode = "overwrite" if name in reload else "append"
             results.append(self._ingest(name, str(self.root / rel), None, mode, None, on_step,
-                                        {"op": "fixture", "fixture": digest, "file": rel}))
+                                        records.FixtureLoad(fixture=digest, file=rel)))
         return results
 
     def replace(self, name: str, data: object, where: str | None = None, format: str | None = None) -> IngestResult:
@@ -495,7 +498,8 @@ class Project:
         return self.delete(name, None)
 
     def _ingest(self, name: str, data: object, format: str | None, mode: str, where: str | None,
-                on_step: Callable[[str], None] | None, metadata: dict | None = None, key: str | None = None,
+                on_step: Callable[[str], None] | None, metadata: records.IngestRecord | None = None,
+                key: str | None = None,
                 views: bool = True) -> IngestResult:
         from dataclasses import replace
 

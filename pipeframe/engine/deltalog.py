@@ -99,7 +99,8 @@ def latest_version(folder: str) -> int | None:
 def history(folder: str, limit: int | None = None) -> list[Commit] | None:
     """The newest `limit` commits of the table in a local folder, newest first, exactly as `DESCRIBE HISTORY`
     gives them (see the module's docstring); None when the log cannot say exactly."""
-    from pipeframe.engine.tables import Commit, _pipeframe_metadata
+    from pipeframe.engine.tables import Commit
+    from pipeframe.plan import records
 
     try:
         listing = list_log(folder)
@@ -117,7 +118,8 @@ def history(folder: str, limit: int | None = None) -> list[Commit] | None:
             commits.append(Commit(version, _local_datetime(ms), ms * 1000 / 1e6, info.get("operation") or "",
                                   _string_map(info.get("operationParameters")),
                                   _string_map(info.get("operationMetrics")),
-                                  _pipeframe_metadata(_text(info.get("userMetadata")))))
+                                  records.decode(_text(info.get("userMetadata")),
+                                                 f"Commit {version} of the table at {folder}")))
     except (OSError, Unanswerable):
         return None
     commits.reverse()

@@ -28,6 +28,7 @@ from pipeframe.engine import tables
 from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines
 from pipeframe.engine.jsonlines import type_lines
 from pipeframe.errors import PipeframeError
+from pipeframe.plan import records
 from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
@@ -49,9 +50,10 @@ def committed_keys(spark: SparkSession, path: str, limit: int = KEY_COMMITS) -> 
     """The idempotency keys recorded in a table's newest `limit` commits, each with what its request landed."""
     found: dict[str, IngestResult] = {}
     for commit in tables.history(spark, path, limit):
-        for key, counts in (commit.metadata.get("keys") or {}).items():
-            if key not in found and isinstance(counts, list) and len(counts) == 2:
-                found[key] = IngestResult("", int(counts[0]), int(counts[1]), commit.version, replayed=True)
+        keys = commit.metadata.keys if isinstance(commit.metadata, records.IngestRecord) else {}
+        for key, (accepted, quarantined) in keys.items():
+            if key not in found:
+                found[key] = IngestResult("", accepted, quarantined, commit.version, replayed=True)
     return found
 
 
@@ -266,7 +268,7 @@ class GroupCommitter:
             sizes = [sum(1 for line in r.lines if line.strip()) for r in group]
             version, landed = self.ingestor.commit(
                 table, batch, len(group), [r.key for r in group], sizes=sizes, direct=self.settings.direct_commit,
-                metadata={"op": "events", "requests": len(group), "parse": "spark" if typed is None else "arrow"})
+                metadata=records.GroupCommit(requests=len(group), parse="spark" if typed is None else "arrow"))
         except Exception as exc:  # noqa: BLE001 — every request of the group fails with it; none landed
             queue.committed = time.monotonic()
             with queue.cond:

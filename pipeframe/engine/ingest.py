@@ -8,7 +8,7 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +19,7 @@ from pipeframe.engine import deltaappend
 from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.engine.warehouse import DeployedResource, Warehouse
 from pipeframe.errors import PipeframeError
+from pipeframe.plan import records
 from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
@@ -333,7 +334,7 @@ class Ingestor:
         self.warehouse = warehouse
 
     def write(self, table: DeployedResource, batch: Batch, mode: str = "append",
-              where: str | None = None, metadata: dict | None = None, key: str | None = None,
+              where: str | None = None, metadata: records.IngestRecord | None = None, key: str | None = None,
               direct: bool = True) -> IngestResult:
         """Quarantine the rows that do not fit, then commit the rest to the datasource (append, or overwrite
         all rows / the rows matching `where`). `key`: an idempotency key recorded with the commit; `direct`: as
@@ -342,7 +343,7 @@ class Ingestor:
         return IngestResult(table.state.name, landed.accepted, landed.quarantined, version, landed.reasons)
 
     def commit(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None],
-               mode: str = "append", where: str | None = None, metadata: dict | None = None,
+               mode: str = "append", where: str | None = None, metadata: records.IngestRecord | None = None,
                sizes: list[int] | None = None, direct: bool = True) -> tuple[int | None, list[Landed]]:
         """Land a batch whose rows belong to `parts` requests (`__pf_part`; `sizes`: each request's rows) in one
         commit of the datasource: what each request landed, and the commit's version. Quarantine is written first:
@@ -366,7 +367,8 @@ class Ingestor:
             return self._commit_frame(table, batch, parts, keys, mode, where, metadata, sizes)
 
     def _commit_arrow(self, table: DeployedResource, batch: Batch, folder: str, keys: list[str | None],
-                      metadata: dict | None, sizes: list[int] | None) -> tuple[int | None, list[Landed]] | None:
+                      metadata: records.IngestRecord | None,
+                      sizes: list[int] | None) -> tuple[int | None, list[Landed]] | None:
         """`commit` by way of the driver (see there); None when the frame's rows did not reach it (more than
         `spark.driver.maxResultSize`): nothing is written then."""
         import pyarrow.compute as pc
@@ -403,7 +405,7 @@ class Ingestor:
                 self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
-        version = deltaappend.append(folder, good, json.dumps({"pipeframe": info}),
+        version = deltaappend.append(folder, good, records.encode(info),
                                      tables.checkpoint_later(self.spark, table.path or ""),
                                      self.spark.conf.get("spark.sql.session.timeZone"))
         direct = version is not None
@@ -413,7 +415,7 @@ class Ingestor:
         return version, [Landed(a, q, r, direct) for a, q, r in zip(accepted, quarantined, reasons, strict=True)]
 
     def _commit_frame(self, table: DeployedResource, batch: Batch, parts: int, keys: list[str | None], mode: str,
-                      where: str | None, metadata: dict | None,
+                      where: str | None, metadata: records.IngestRecord | None,
                       sizes: list[int] | None) -> tuple[int | None, list[Landed]]:
         from pyspark import StorageLevel
 
@@ -467,11 +469,12 @@ class Ingestor:
         self._quarantine(self.spark.createDataFrame(rows.rename_columns([RAW, REASON, "source", "ingested_at"])),
                          table, source)
 
-    def _save(self, table: DeployedResource, good: DataFrame, mode: str, where: str | None, info: dict):
+    def _save(self, table: DeployedResource, good: DataFrame, mode: str, where: str | None,
+              info: records.IngestRecord):
         """Spark's write of the accepted rows, with `info` as the commit's pipeframe userMetadata: the commit."""
         from pipeframe.engine import tables
 
-        writer = good.write.format("delta").mode(mode).option("userMetadata", json.dumps({"pipeframe": info}))
+        writer = good.write.format("delta").mode(mode).option("userMetadata", records.encode(info))
         if where:
             writer = writer.option("replaceWhere", where)
         try:
@@ -483,7 +486,7 @@ class Ingestor:
                                      "condition, and the condition must be valid SQL over the "
                                      "datasource's columns.") from None
             raise
-        return tables.find_commit(self.spark, table.path or "", "commit", info["commit"])
+        return tables.find_commit(self.spark, table.path or "", info.commit)
 
     @staticmethod
     def _misfits(bad: DataFrame, parts: int) -> tuple[list[int], list[tuple[str, ...]]]:
@@ -569,15 +572,12 @@ def _fits_driver(batch: Batch) -> bool:
         return False
 
 
-def _commit_metadata(metadata: dict | None, keys: list[str | None], accepted: list[int] | None,
-                     quarantined: list[int]) -> dict:
-    """A datasource commit's pipeframe userMetadata: `metadata`, a unique commit id, and each idempotency key with
-    what its request landed (accepted, quarantined)."""
-    info = dict(metadata or {}, commit=uuid.uuid4().hex)
-    known = {key: [a, q] for key, a, q in zip(keys, accepted or (), quarantined, strict=False) if key}
-    if known:
-        info["keys"] = known
-    return info
+def _commit_metadata(metadata: records.IngestRecord | None, keys: list[str | None], accepted: list[int] | None,
+                     quarantined: list[int]) -> records.IngestRecord:
+    """A datasource commit's pipeframe record: `metadata` (its kind), a unique commit id, and each idempotency key
+    with what its request landed (accepted, quarantined)."""
+    known = {key: (a, q) for key, a, q in zip(keys, accepted or (), quarantined, strict=False) if key}
+    return replace(metadata or records.Ingest(), commit=uuid.uuid4().hex, keys=known)
 
 
 def ndjson_lines(rows: list | tuple) -> list[str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from pipeframe.engine import tables
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.errors import PipeframeError
+from pipeframe.plan import records
 from pipeframe.plan.diff import drop_views
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.sqltext import first_line, quote_path
@@ -149,14 +150,19 @@ def _status(deployed: DeployedSnapshot, view: DeployedResource, record: ViewReco
     return ViewStatus(view.state.name, view.state.view_pipe, state, reason, view.version, rows, files, size,
                       view.state.source, source_version, watermark.source_version, lag, lag_seconds,
                       watermark.commit.timestamp if watermark.commit else None, record.permanent, backfill,
-                      rate, watermark.commit.metadata.get("path") if watermark.commit else None)
+                      rate, _path(watermark.commit))
 
 
 def _rate(spark: SparkSession | None, path: str) -> float:
     """Source rows a view applied per second over the last minute (its commits record how many)."""
     since = time.time() - RATE_SECONDS
     recent = [c for c in tables.history(spark, path, 200) if c.epoch >= since]
-    return sum(int(c.metadata.get("rows") or 0) for c in recent) / RATE_SECONDS
+    return sum(c.metadata.rows or 0 for c in recent if isinstance(c.metadata, records.ViewCommit)) / RATE_SECONDS
+
+
+def _path(commit: tables.Commit | None) -> str | None:
+    """The write strategy a view's commit took (None when it does not say)."""
+    return commit.metadata.path if commit is not None and isinstance(commit.metadata, records.ViewCommit) else None
 
 
 def _lag(spark: SparkSession | None, source_path: str, applied: int, latest: int,

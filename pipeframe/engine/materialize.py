@@ -24,6 +24,7 @@ from pipeframe.engine import partials, tables
 from pipeframe.engine.conflicts import is_cancelled, is_conflict, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
+from pipeframe.plan import records
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import first_line, quote_path, quote_string
@@ -269,8 +270,9 @@ class Materializer:
                 return self._mark_stale(view, f"the change feed of `{state.source}` from version {applied + 1} is "
                                               f"no longer kept (vacuumed): {first_line(exc)}")
         else:
-            path, written = "append", self._write_batch(view, self._changes(source, commits), joined,
-                                                        metadata={"rows": rows, "path": "append"}, **watermark)
+            increment = records.ViewCommit(state.name, rows=rows, path="append")
+            path, written = "append", self._write_batch(view, self._changes(source, commits), joined, increment,
+                                                        **watermark)
         if not written:
             # Another refresher applied an increment from the same watermark first: Delta skipped this one.
             return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
@@ -293,12 +295,12 @@ class Materializer:
         added, removed = tables.read_change_rows(self.spark, source.state, source.path or "", commits)
         self._register_lookups(state)
         pins = self._pinned(view, joined)
-        metadata = {"rows": rows, **({"joined": joined} if joined else {})}
+        metadata = records.ViewCommit(state.name, rows=rows, joined=joined)
         children = self._children(view)
         if state.negate_sql and not children:
             mode = "negate"
             written = tables.write_states(self._signed(view, added, removed, pins, pins, tables.adds_rows(commits)),
-                                          state, path, metadata={**metadata, "path": mode},
+                                          state, path, metadata=replace(metadata, path=mode),
                                           direct=self.direct_commit, **watermark)
             return mode, written
         keys = state.keys if state.aggregated else tuple(n for n, _ in state.columns)
@@ -322,7 +324,7 @@ class Materializer:
             replacement = _semi(self._read_view(view), keys, gone).unionByName(
                 self._states(view, added, pins)).exceptAll(gone)
         written = tables.replace_groups(self.spark, state, path, keys, touched, replacement,
-                                        metadata={**metadata, "path": mode}, **watermark)
+                                        metadata=replace(metadata, path=mode), **watermark)
         return mode, written
 
     def _follow_joined(self, view: DeployedResource, source: DeployedResource,
@@ -363,13 +365,13 @@ class Materializer:
             recorded[name] = latest
             commit = {"source_version": watermark.source_version or 0, "source_path": watermark.source_path,
                       "app_id": f"{tables.watermark_app_id(state.name)}:{name}", "txn_version": latest,
-                      "metadata": {"path": path, "joined": dict(recorded),
-                                   "rows": sum(c.changed_rows for c in commits)}}
+                      "metadata": records.ViewCommit(state.name, path=path, joined=dict(recorded),
+                                                     rows=sum(c.changed_rows for c in commits))}
             try:
                 states = self._partial_states(view, source, watermark.source_version or 0, table, commits, pins) \
                     if path == "join-negate" else None
                 if states is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
-                    commit["metadata"]["partials"] = True
+                    commit["metadata"] = replace(commit["metadata"], partials=True)
                     # few state rows (the groups the changed rows' join rows fall in): brought to the driver
                     written = tables.write_states(states, state, view.path or "", direct=self.direct_commit, **commit)
                 else:
@@ -517,13 +519,13 @@ class Materializer:
                 self._batches[key] = batch
             return batch
 
-    def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None = None,
-                     metadata: dict | None = None, **watermark) -> bool:
+    def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None,
+                     metadata: records.ViewCommit | records.PopulateChunk, **watermark) -> bool:
         """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows)."""
         self._register_lookups(view.state)
         # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
         states = self._states(view, batch, self._pinned(view, joined or {}))
-        metadata = {**(metadata or {}), **({"joined": joined} if joined else {})}
+        metadata = replace(metadata, joined=joined or {})
         written = tables.write_states(states, view.state, view.path or "", metadata=metadata,
                                       direct=self.direct_commit, **watermark)
         with self._cache_lock:
@@ -600,7 +602,9 @@ class Materializer:
             return self.rebuild(name, where, chunk_by, chunk_rows, record)
         else:
             start = tables.initial_watermark(self.spark, view.path or "")
-            if start.commit is not None and start.commit.metadata.get("backfill") != "skip" and not where:
+            skipped = start.commit is not None and isinstance(start.commit.metadata, records.ViewCommit) and \
+                start.commit.metadata.backfill == "skip"
+            if start.commit is not None and not skipped and not where:
                 raise PipeframeError(
                     "PF706", f"`{view.state.name}` already holds every row of `{view.state.source}` up to version "
                     f"{start.source_version}, where it started; adding them again would count them twice.",
@@ -656,8 +660,9 @@ class Materializer:
         self.on_progress(BackfillProgress.from_run(view.state.name, run))
         for index in range(int(run["done"]), len(run["chunks"])):
             batch = frame if run["chunks"][index] == "TRUE" else frame.where(run["chunks"][index])
-            self._write_batch(target, batch, run.get("joined"), app_id=f"pipeframe-populate:{run['id']}",
-                              txn_version=index + 1, metadata={"op": "populate", "run": run["id"], "chunk": index + 1})
+            self._write_batch(target, batch, run.get("joined"),
+                              records.PopulateChunk(target.state.name, run["id"], index + 1),
+                              app_id=f"pipeframe-populate:{run['id']}", txn_version=index + 1)
             self.on_step(f"chunk committed {index + 1}")
             run = {**run, "done": index + 1, "updated_at": time.time()}
             record = replace(record, backfill=run)
@@ -668,7 +673,8 @@ class Materializer:
             empty = self.spark.createDataFrame([], target.state.schema)
             tables.write_states(empty, target.state, target.path or "", source_version=pinned,
                                 source_path=source.path,
-                                metadata={"backfill": "full", **({"joined": run["joined"]} if run.get("joined") else {})})
+                                metadata=records.ViewCommit(target.state.name, backfill="full",
+                                                            joined=run.get("joined") or {}))
             self.on_step("watermark committed")
         return record
 
@@ -682,7 +688,7 @@ class Materializer:
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
         self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,
-                          metadata={"backfill": view.state.backfill or "full"})
+                          metadata=records.ViewCommit(view.state.name, backfill=view.state.backfill or "full"))
         self._drop_temp_views()
 
     # ---------------------------------------------------------------------------------- optimize
@@ -723,18 +729,18 @@ class Materializer:
         columns = [f"CAST(`{n}` AS {t}) AS `{n}`" for n, t in view.state.columns]
         with table_lock(path):
             (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
-             .option("userMetadata", _metadata({"view": view.state.name, "op": "compact", "compacted": version}))
+             .option("userMetadata", records.encode(records.Compaction(view.state.name, version)))
              .save(path))
         latest = tables.latest_commit(self.spark, path).version
         commits = tables.commits_between(self.spark, path, version, latest)
-        mine = next((c for c in commits if c.metadata.get("op") == "compact" and c.metadata.get("compacted") == version),
-                    None)
+        mine = next((c for c in commits if isinstance(c.metadata, records.Compaction) and
+                     c.metadata.compacted == version), None)
         if mine is None:  # Delta made no commit: the table was empty, nothing was rewritten
             return
         missed = [c for c in commits if c.version < mine.version and c.changes_data]
         if missed:
             rows = tables.read_changes(self.spark, view.state, path, missed)
-            tables.write_states(rows, view.state, path, metadata={"op": "compact", "restored": version})
+            tables.write_states(rows, view.state, path, metadata=records.CompactionRestore(view.state.name, version))
         self.on_step(f"compacted {view.state.name}")
 
     def _vacuum(self, path: str, retention_hours: float) -> None:
@@ -771,7 +777,7 @@ def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:
     """Delete the rows past a table's ENGINE_TTL, tagged as retention so views downstream ignore it (unless they
     follow it: FOLLOW_TTL true, `tables.as_followed`)."""
     if resource.path and resource.state.ttl:
-        with table_lock(resource.path), _SessionMetadata(spark, _metadata({"op": "ttl"})):
+        with table_lock(resource.path), _SessionMetadata(spark, records.encode(records.Retention())):
             spark.sql(f"DELETE FROM {quote_path(resource.path)} WHERE ({resource.state.ttl}) < current_timestamp()")
 
 
@@ -851,12 +857,6 @@ def _joined_monotonically(sql: str, table: str) -> bool:
         if any(j.side or (j.kind or "").upper() not in ("", "INNER", "CROSS") for j in joins):
             return False
     return True
-
-
-def _metadata(info: dict) -> str:
-    import json
-
-    return json.dumps({"pipeframe": info})
 
 
 def _alive(pid: object) -> bool:

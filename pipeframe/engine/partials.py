@@ -13,15 +13,16 @@ transaction id tells an append that repeats another's apart. Elsewhere the view 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.partials import Partials, partials
 from pipeframe.compiler.states import BATCH_RELATION
 from pipeframe.engine import tables
 from pipeframe.engine.conflicts import local_folder, view_lock
+from pipeframe.plan import records
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 
 if TYPE_CHECKING:
@@ -66,29 +67,29 @@ def current(spark: SparkSession, query: Query, warehouse_uri: str, source: Deplo
     another view with the same partial states has already brought them further."""
     tag = hashlib.sha256(derived.sql.encode()).hexdigest()[:16]
     path = f"{tables.partials_path(source.path or '')}/{tag}"
-    record = {"source_version": version, "source_path": source.path, "sql": tag}
+    record = records.Partials(version, source.path, tag, 0)
     with view_lock(warehouse_uri, f"{source.state.name}.partials.{tag}"):
         recorded = _record(spark, path)
-        fits = all(recorded.get(k) == record[k] for k in ("source_path", "sql"))
-        start = int(recorded.get("source_version", -1)) if fits else -1
+        fits = recorded is not None and (recorded.source_path, recorded.sql) == (record.source_path, record.sql)
+        start = recorded.source_version if fits else -1
         if start > version:
             return None
         if start < version and not (start >= 0 and _catch_up(spark, query, path, source, start, derived, record,
-                                                               int(recorded.get("appended", 0)))):
+                                                               recorded.appended)):
             rows = query(derived.sql, tables.read_snapshot(spark, source.state, source.path or "", version))
-            _write(rows, path, "overwrite", {**record, "appended": 0})
+            _write(rows, path, "overwrite", record)
         pinned = tables.latest_commit(spark, path).version
     return spark.read.format("delta").option("versionAsOf", pinned).load(path)
 
 
 def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedResource, start: int, derived: Partials,
-              record: dict, appended: int) -> bool:
+              record: records.Partials, appended: int) -> bool:
     """Bring the partial states from source version `start` to the one `record` names; False when the source
     changed in a way its change feed does not describe (or no longer keeps)."""
     # The partial states follow the source's rows as a snapshot has them: TTL deletes included.
-    commits = tables.as_followed(tables.commits_between(spark, source.path or "", start, record["source_version"]),
+    commits = tables.as_followed(tables.commits_between(spark, source.path or "", start, record.source_version),
                                  True)
-    if [c.version for c in commits] != list(range(start + 1, record["source_version"] + 1)):
+    if [c.version for c in commits] != list(range(start + 1, record.source_version + 1)):
         return False  # part of the history is no longer in the log (cleaned up): its changes are unknown
     if any(c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS for c in commits):
         return False
@@ -97,11 +98,11 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
     delta = query(derived.sql, added).unionByName(negated) if tables.adds_rows(commits) else negated
     try:
         if appended + 1 < COMPACT_AFTER:
-            _write(delta, path, "append", {**record, "appended": appended + 1})
+            _write(delta, path, "append", replace(record, appended=appended + 1))
         else:  # Delta reads the version it overwrites from files the overwrite only marks removed
             rows = spark.read.format("delta").load(path)
             folded = query(derived.compact_sql.replace("{table}", BATCH_RELATION), rows.unionByName(delta))
-            _write(folded, path, "overwrite", {**record, "appended": 0})
+            _write(folded, path, "overwrite", replace(record, appended=0))
     except Exception as exc:
         if tables.history_gone(exc):  # vacuumed away: built again from the source
             return False
@@ -109,15 +110,16 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
     return True
 
 
-def _record(spark: SparkSession, path: str) -> dict:
-    """What the newest commit of the partial states records (empty when there is no table)."""
+def _record(spark: SparkSession, path: str) -> records.Partials | None:
+    """What the newest commit of the partial states records (None when there is no table)."""
     folder = local_folder(path)
     if folder is None or not os.path.isdir(os.path.join(folder, "_delta_log")):
-        return {}
+        return None
     # `optimize` vacuums the table: the newest of its own commits, past VACUUM START / END
-    return next((c.metadata for c in tables.history(spark, path, 10) if c.metadata.get("op") == "partials"), {})
+    return next((c.metadata for c in tables.history(spark, path, 10) if isinstance(c.metadata, records.Partials)),
+                None)
 
 
-def _write(rows: DataFrame, path: str, mode: str, record: dict) -> None:
+def _write(rows: DataFrame, path: str, mode: str, record: records.Partials) -> None:
     (rows.write.format("delta").mode(mode).option("overwriteSchema", "true")
-     .option("userMetadata", json.dumps({"pipeframe": {"op": "partials", **record}})).save(path))
+     .option("userMetadata", records.encode(record)).save(path))

@@ -3,7 +3,6 @@ a source between two versions (its commit history and its change data feed)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from pipeframe.engine import deltaappend, deltalog
 from pipeframe.engine.conflicts import local_folder, table_lock
 from pipeframe.engine.warehouse import IO
+from pipeframe.plan import records
 from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import first_line, quote_path, quote_string
 
@@ -44,7 +44,8 @@ _CHECKPOINTS_GUARD = threading.Lock()
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Maintenance commits that leave every view's merged values as they were: compaction rewrites state rows into
 # fewer rows, and retention (TTL) deletes old rows on purpose. Views downstream skip these commits.
-NEUTRAL_OPS = ("compact", "ttl")
+NEUTRAL_RECORDS = (records.Compaction, records.CompactionRestore, records.Retention)
+ViewRecord = records.ViewCommit | records.PopulateChunk | records.CompactionRestore  # made by write_states
 # Operations that rewrite or remove rows in place; any other operation only adds rows or changes metadata.
 # Operations that never add, change or remove rows.
 METADATA_OPS = {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS",
@@ -75,11 +76,11 @@ class Commit:
     operation: str
     parameters: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
-    metadata: dict = field(default_factory=dict)  # the `pipeframe` object of the commit's userMetadata
+    metadata: records.CommitRecord | None = None  # the `pipeframe` record of the commit's userMetadata
 
     @property
     def neutral(self) -> bool:
-        return self.metadata.get("op") in NEUTRAL_OPS
+        return isinstance(self.metadata, NEUTRAL_RECORDS)
 
     @property
     def changes_data(self) -> bool:
@@ -137,8 +138,8 @@ class Watermark:
     @property
     def joined(self) -> dict[str, int]:
         """The version of each joined table the view's rows agree with (a table not named: not known yet)."""
-        recorded = (self.commit.metadata.get("joined") if self.commit else None) or {}
-        return {str(k): int(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+        recorded = self.commit.metadata if self.commit else None
+        return dict(recorded.joined) if isinstance(recorded, records.ViewCommit) else {}
 
 
 class NeedsSpark(Exception):
@@ -165,7 +166,7 @@ def history(spark: SparkSession | None, path: str, limit: int | None = None) -> 
                                          "operationParameters", "operationMetrics", "userMetadata").collect():
         commits.append(Commit(int(row["version"]), row["timestamp"], row["micros"] / 1e6, row["operation"] or "",
                               dict(row["operationParameters"] or {}), dict(row["operationMetrics"] or {}),
-                              _pipeframe_metadata(row["userMetadata"])))
+                              records.decode(row["userMetadata"], f"Commit {row['version']} of the table at {path}")))
     return commits
 
 
@@ -173,14 +174,14 @@ def latest_commit(spark: SparkSession | None, path: str) -> Commit:
     return history(spark, path, 1)[0]
 
 
-def find_commit(spark: SparkSession, path: str, key: str, value: str, within: int | None = None) -> Commit | None:
-    """The newest commit whose pipeframe metadata has `key` = `value` (e.g. a commit id), looking further back
+def find_commit(spark: SparkSession, path: str, commit_id: str, within: int | None = None) -> Commit | None:
+    """The newest commit whose pipeframe record has the id `commit_id`, looking further back
     while other writers' commits came after it (at most `within` commits back)."""
     limit: int | None = min(10, within or 10)
     while True:
         commits = history(spark, path, limit)
         for commit in commits:
-            if commit.metadata.get(key) == value:
+            if getattr(commit.metadata, "commit", None) == commit_id:
                 return commit
         if limit is None or len(commits) < limit or limit == within:
             return None
@@ -202,8 +203,7 @@ def as_followed(commits: list[Commit], follow_ttl: bool) -> list[Commit]:
     `"op": "ttl"`, neutral to every other view) as the deletes they are."""
     if not follow_ttl:
         return commits
-    return [replace(c, metadata={k: v for k, v in c.metadata.items() if k != "op"})
-            if c.metadata.get("op") == "ttl" else c for c in commits]
+    return [replace(c, metadata=None) if isinstance(c.metadata, records.Retention) else c for c in commits]
 
 
 def read_watermark(spark: SparkSession | None, path: str) -> Watermark:
@@ -212,8 +212,8 @@ def read_watermark(spark: SparkSession | None, path: str) -> Watermark:
     while True:
         commits = history(spark, path, limit)
         for commit in commits:
-            if "source_version" in commit.metadata:
-                return Watermark(int(commit.metadata["source_version"]), commit.metadata.get("source_path"), commit)
+            if (recorded := _watermark(commit)) is not None:
+                return recorded
         if limit is None or len(commits) < limit:
             return Watermark(None)
         limit = limit * 10 if limit < 2000 else None
@@ -223,9 +223,17 @@ def initial_watermark(spark: SparkSession, path: str) -> Watermark:
     """The first watermark a view's table recorded: the source version it started from (its backfill, or
     the version at its creation with BACKFILL skip)."""
     for commit in sorted(history(spark, path), key=lambda c: c.version):
-        if "source_version" in commit.metadata:
-            return Watermark(int(commit.metadata["source_version"]), commit.metadata.get("source_path"), commit)
+        if (recorded := _watermark(commit)) is not None:
+            return recorded
     return Watermark(None)
+
+
+def _watermark(commit: Commit) -> Watermark | None:
+    """The watermark a view's commit records, if it records one."""
+    record = commit.metadata
+    if isinstance(record, records.ViewCommit) and record.source_version is not None:
+        return Watermark(record.source_version, record.source_path, commit)
+    return None
 
 
 def too_big_for_driver(exc: BaseException) -> bool:
@@ -331,7 +339,7 @@ def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version
 
 def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_version: int | None = None,
                  source_path: str | None = None, after: int | None = None, app_id: str | None = None,
-                 txn_version: int | None = None, metadata: dict | None = None, direct: bool = False) -> bool:
+                 txn_version: int | None = None, metadata: ViewRecord | None = None, direct: bool = False) -> bool:
     """Append view rows to `path` in one Delta commit; False when Delta skipped it as a replay.
 
     With `source_version`, the commit also records the view's watermark: the userMetadata names the source
@@ -343,7 +351,7 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     writes. Either way two refreshers never apply one range twice. Populate chunks pass their own
     `app_id`/`txn_version` (kept everywhere: they make a chunk replayed after a crash a no-op).
 
-    With `direct`, an increment of a view in a local folder (no transaction id; `metadata["rows"]`, the source rows
+    With `direct`, an increment of a view in a local folder (no transaction id; `metadata.rows`, the source rows
     it applies, at most DIRECT_ROWS, or DIRECT_ROWS_AGGREGATED with GROUP BY: a bound on its state rows, so not
     for joins) that `deltaappend` can write has its states brought to the driver as Arrow and appended by it: one
     Spark job instead of a write job and Delta's commit. States the driver cannot take go to Spark's writer."""
@@ -353,7 +361,7 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     folder = local_folder(path)
     bound = DIRECT_ROWS_AGGREGATED if state.aggregated else DIRECT_ROWS
     if direct and app_id is None and folder is not None and \
-            int((metadata or {}).get("rows", bound + 1)) <= bound and deltaappend.writable(folder):
+            _rows(metadata, bound + 1) <= bound and deltaappend.writable(folder):
         spark = frame.sparkSession
         try:
             rows = typed.toArrow()
@@ -363,7 +371,7 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
             log.warning("states of %s not brought to the driver (%s): written by Spark", path, first_line(exc))
         else:
             with table_lock(path):
-                version = deltaappend.append(folder, rows, json.dumps({"pipeframe": info}),
+                version = deltaappend.append(folder, rows, records.encode(info),
                                              checkpoint_later(spark, path), spark.conf.get("spark.sql.session.timeZone"))
             if version is not None:
                 return True
@@ -371,13 +379,14 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     writer = typed.write.format("delta").mode("append")
     if app_id is not None and txn_version is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
-    writer.option("userMetadata", json.dumps({"pipeframe": info})).save(path)
-    return app_id is None or find_commit(frame.sparkSession, path, "commit", info["commit"], within=50) is not None
+    writer.option("userMetadata", records.encode(info)).save(path)
+    return app_id is None or find_commit(frame.sparkSession, path, info.commit, within=50) is not None
 
 
 def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: tuple[str, ...], doomed: DataFrame,
                    rows: DataFrame, *, source_version: int, source_path: str | None, after: int | None = None,
-                   app_id: str | None = None, txn_version: int | None = None, metadata: dict | None = None) -> bool:
+                   app_id: str | None = None, txn_version: int | None = None,
+                   metadata: ViewRecord | None = None) -> bool:
     """In one Delta commit (a MERGE), delete the view rows whose `keys` equal (NULL-safe) a row of `doomed`
     (every row when `keys` is empty) and insert `rows`; the commit records the view's watermark, idempotently, as
     `write_states` does. False when Delta skipped it as a replay.
@@ -401,14 +410,20 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
         if app_id is not None:
             child.conf.set("spark.databricks.delta.write.txnAppId", app_id)
             child.conf.set("spark.databricks.delta.write.txnVersion", str(txn_version))
-        child.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps({"pipeframe": info}))
+        child.conf.set("spark.databricks.delta.commitInfo.userMetadata", records.encode(info))
         child.sql(f"MERGE INTO {quote_path(path)} AS t USING global_temp.{relation} AS s ON {match} "
                   "WHEN MATCHED THEN DELETE WHEN NOT MATCHED AND s.__pf_op = 'i' THEN INSERT "
                   f"({', '.join(names)}) VALUES ({', '.join('s.' + n for n in names)})")
     finally:
         spark.catalog.dropGlobalTempView(relation)
         release_child(spark, child)
-    return app_id is None or find_commit(spark, path, "commit", info["commit"], within=50) is not None
+    return app_id is None or find_commit(spark, path, info.commit, within=50) is not None
+
+
+def _rows(record: ViewRecord | None, unknown: int) -> int:
+    """The source rows a view commit applies (`unknown` when it does not say)."""
+    rows = record.rows if isinstance(record, records.ViewCommit) else None
+    return unknown if rows is None else rows
 
 
 def _typed(state: ResourceState) -> list[str]:
@@ -426,12 +441,15 @@ def guarded_by_lock(path: str) -> bool:
 
 def _commit_info(state: ResourceState, path: str, source_version: int | None, source_path: str | None,
                  after: int | None, app_id: str | None, txn_version: int | None,
-                 metadata: dict | None) -> tuple[dict, str | None, int | None]:
-    """A view commit's pipeframe userMetadata, and its idempotent transaction: a watermark commit's (the view's
-    transaction id, or the one given) where no file lock guards the table; a populate chunk's (given) always."""
-    info = {"view": state.name, **(metadata or {}), "commit": uuid.uuid4().hex}
+                 metadata: ViewRecord | None) -> tuple[ViewRecord, str | None, int | None]:
+    """A view commit's pipeframe record (`metadata` with a unique commit id and the watermark), and its
+    idempotent transaction: a watermark commit's (the view's transaction id, or the one given) where no file lock
+    guards the table; a populate chunk's (given) always."""
+    info = replace(metadata or records.ViewCommit(state.name), commit=uuid.uuid4().hex)
     if source_version is not None:
-        info.update(source=state.source, source_version=source_version, source_path=source_path)
+        if not isinstance(info, records.ViewCommit):
+            raise TypeError(f"a watermark is recorded by a view commit, not {type(info).__name__}")
+        info = replace(info, source=state.source, source_version=source_version, source_path=source_path)
         if guarded_by_lock(path):
             app_id = txn_version = None
         elif app_id is None:
@@ -546,14 +564,3 @@ def checkpoint_later(spark: SparkSession, path: str) -> Callable[[int], None] | 
             raise
 
     return later
-
-
-def _pipeframe_metadata(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
-    inner = data.get("pipeframe") if isinstance(data, dict) else None
-    return inner if isinstance(inner, dict) else {}

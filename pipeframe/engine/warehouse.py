@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pipeframe.engine import deltalog
 from pipeframe.engine.conflicts import local_folder, retrying
 from pipeframe.errors import PipeframeError
+from pipeframe.plan import records
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import first_line, quote_path, quote_string
@@ -140,8 +141,10 @@ class Warehouse:
         update it); `fresh` reads it again, as a deploy does under its lock."""
         if self._snapshot is None or fresh:
             self._snapshot = DeployedSnapshot.of(
-                DeployedResource(ResourceState.from_json(json.loads(r["state"])), int(r["version"] or 0), r["path"],
-                                 r["deployed_at"]) for r in self._records("resource"))
+                DeployedResource(records.decode_state(r["state"], f"The record of `{r['key']}` in the state store "
+                                                                  f"at {self.state_path}"),
+                                 int(r["version"] or 0), r["path"], r["deployed_at"])
+                for r in self._records("resource"))
         return self._snapshot
 
     def history(self) -> list[Deployment]:
@@ -193,7 +196,7 @@ class Warehouse:
         stamp = now()
         snapshot = DeployedSnapshot.of(resources)
         rows = [{"record": "resource", "key": str(r.key), "name": r.state.name, "kind": r.state.kind,
-                 "version": r.version, "path": r.path, "state": json.dumps(r.state.to_json()),
+                 "version": r.version, "path": r.path, "state": records.encode_state(r.state),
                  "definition_hash": r.state.definition_hash(), "deployed_at": r.deployed_at or stamp,
                  "deployment": deployment} for r in snapshot.values()]
         rows.append({"record": "deployment", "key": deployment, "finished_at": stamp, "result": "succeeded"})

@@ -78,20 +78,11 @@ class ResourceState:
         return _hash(self.to_json())
 
     def to_json(self) -> dict:
-        """The stored form: keys as `kind:name` text."""
+        """The stored form (`records.encode_state` adds its format): keys as `kind:name` text."""
         data = asdict(self)
         data["key"] = str(self.key)
         data["depends_on"] = [str(k) for k in self.depends_on]
         return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> ResourceState:
-        tuples = {"columns", "sorting_key", "keys", "tokens", "joined"}
-        fixed = {k: (tuple(tuple(x) if isinstance(x, list) else x for x in v) if k in tuples and v is not None
-                     else v) for k, v in data.items() if k in cls.__dataclass_fields__}
-        fixed["key"] = ResourceKey.parse(data["key"])
-        fixed["depends_on"] = tuple(ResourceKey.parse(k) for k in data.get("depends_on") or ())
-        return cls(**fixed)
 
 
 def _hash(value: object) -> str:

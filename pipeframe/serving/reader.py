@@ -10,13 +10,13 @@ answers per statement and table versions.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pipeframe.plan.records import decode_state
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
 from pipeframe.serving import sketches, translate
@@ -92,8 +92,8 @@ class Reader:
         current = self._deployed
         if version == current.version:
             return current
-        records = self.rows(path, ["record", "version", "path", "state", "deployed_at"]) if version >= 0 else []
-        snapshot = deployed_snapshot(records)
+        records = self.rows(path, ["record", "key", "version", "path", "state", "deployed_at"]) if version >= 0 else []
+        snapshot = deployed_snapshot(records, path)
         fresh = Deployed(version, snapshot)
         with self._lock:
             if fresh.version > self._deployed.version:
@@ -259,11 +259,13 @@ class SparkError(Exception):
     """An error Spark raises too, with Spark's words (a division by zero under ANSI mode)."""
 
 
-def deployed_snapshot(records: list[dict]) -> DeployedSnapshot:
-    """The deployed resources of the state store's rows (`record = 'resource'`), as `Warehouse.snapshot` reads them."""
+def deployed_snapshot(records: list[dict], path: str) -> DeployedSnapshot:
+    """The deployed resources of the rows of the state store at `path` (`record = 'resource'`), as
+    `Warehouse.snapshot` reads them."""
     return DeployedSnapshot.of(
-        DeployedResource(ResourceState.from_json(json.loads(r["state"])), int(r["version"] or 0), r["path"],
-                         r["deployed_at"]) for r in records if r["record"] == "resource")
+        DeployedResource(decode_state(r["state"], f"The record of `{r['key']}` in the state store at {path}"),
+                         int(r["version"] or 0), r["path"], r["deployed_at"])
+        for r in records if r["record"] == "resource")
 
 
 def quarantine_state(datasource: str) -> ResourceState:

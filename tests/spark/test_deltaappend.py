@@ -14,6 +14,7 @@ from decimal import Decimal
 import pytest
 
 from pipeframe.engine import deltaappend, deltalog
+from pipeframe.plan import records
 from pipeframe.sqltext import quote_path
 
 SCHEMA = ("id BIGINT, n INT, s SMALLINT, name STRING, amount DOUBLE, price DECIMAL(10,2), ok BOOLEAN, day DATE, "
@@ -41,9 +42,9 @@ def create(spark, path: str, extra: str = "") -> None:
               f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true'{extra})")
 
 
-def direct(spark, path: str, first: int, count: int, metadata: dict | None = None) -> int | None:
+def direct(spark, path: str, first: int, count: int, metadata: records.CommitRecord | None = None) -> int | None:
     arrow = frame(spark, first, count).toArrow()
-    return deltaappend.append(path, arrow, json.dumps({"pipeframe": metadata}) if metadata else None)
+    return deltaappend.append(path, arrow, records.encode(metadata) if metadata else None)
 
 
 def sorted_rows(spark, sql: str) -> list:
@@ -55,7 +56,8 @@ def test_rows_appended_without_spark_equal_sparks_own_append(spark, table_path):
     for path in (ours, theirs):
         create(spark, path)
     batches = [(0, 40), (40, 1), (41, 120)]
-    versions = [direct(spark, ours, first, count, {"batch": i}) for i, (first, count) in enumerate(batches)]
+    versions = [direct(spark, ours, first, count, records.Ingest(f"batch{i}"))
+                for i, (first, count) in enumerate(batches)]
     for first, count in batches:
         frame(spark, first, count).write.format("delta").mode("append").save(theirs)
     assert versions == [1, 2, 3]
@@ -71,8 +73,8 @@ def test_rows_appended_without_spark_equal_sparks_own_append(spark, table_path):
     history = spark.sql(f"DESCRIBE HISTORY {quote_path(ours)}").orderBy("version").collect()
     assert [(h["version"], h["operation"], h["operationMetrics"].get("numOutputRows")) for h in history[1:]] == \
         [(1, "WRITE", "40"), (2, "WRITE", "1"), (3, "WRITE", "120")]
-    assert json.loads(history[2]["userMetadata"]) == {"pipeframe": {"batch": 1}}
-    assert deltalog.history(ours, 1)[0].metadata == {"batch": 2}
+    assert json.loads(history[2]["userMetadata"]) == {"pipeframe": {"format": records.FORMAT, "commit": "batch1"}}
+    assert deltalog.history(ours, 1)[0].metadata == records.Ingest("batch2")
 
 
 def test_statistics_skip_files_without_changing_answers(spark, table_path):

@@ -73,7 +73,8 @@ def table(spark, spark_config) -> str:
     spark.sql(f"ALTER TABLE {quote_path(path)} SET TBLPROPERTIES ('pipeframe.note' = 'x')")
     meta["pipeframe"]["source_version"] = 9
     append(spark, path, [(6, "e")], userMetadata=json.dumps(meta), txnAppId="app", txnVersion=9)
-    append(spark, path, [(7, "f")], userMetadata=json.dumps({"pipeframe": {"op": "compact"}}))
+    append(spark, path, [(7, "f")], userMetadata=json.dumps({"pipeframe": {"op": "compact", "view": "v",
+                                                                          "compacted": 8}}))
     return path
 
 

@@ -27,6 +27,7 @@ from typing import Self
 import pytest
 
 from pipeframe.engine import partials, tables
+from pipeframe.plan import records
 from pipeframe.project import Project
 from tests.conftest import DAILY, EVENTS, HOURLY, write_project
 from tests.spark.test_crash import events, ndjson
@@ -328,4 +329,5 @@ def test_a_refresh_killed_after_keeping_a_join_views_partial_states_is_finished_
     assert [tuple(r) for r in p.query(BY_COUNTRY).collect()] == truth() != before
     assert len(tables.history(spark, kept)) == 1, "the partial states were built again"
     view = p.warehouse.snapshot(fresh=True).table("by_country")
-    assert any(c.metadata.get("partials") for c in tables.history(spark, view.path))
+    assert any(isinstance(c.metadata, records.ViewCommit) and c.metadata.partials
+               for c in tables.history(spark, view.path))

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 from pipeframe.engine import partials, tables
+from pipeframe.plan import records
 from pipeframe.project import Project
 from tests.spark.test_differential import (
     START,
@@ -44,6 +45,11 @@ from tests.spark.test_differential import (
     moment,
     scenarios,
 )
+
+
+def partials_read(commit: tables.Commit) -> bool:
+    """Whether a view's commit read its source through the source's partial states."""
+    return isinstance(commit.metadata, records.ViewCommit) and commit.metadata.partials
 
 
 def retracted_sum(got, want) -> bool:
@@ -247,7 +253,7 @@ def test_views_joining_two_tables_follow_appends_and_changes_on_both_sides(spark
     # by_country's aggregates read only `orders`: a change to `customers` joined the orders' partial states
     for name in ("by_country", "by_country_big"):
         view = p.warehouse.snapshot(fresh=True).table(name)
-        assert any(c.metadata.get("partials") for c in tables.history(spark, view.path)), name
+        assert any(partials_read(c) for c in tables.history(spark, view.path)), name
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -309,13 +315,14 @@ def test_a_join_view_follows_its_joined_table_through_the_partial_states_of_its_
     for name, (_, reference, keys, checks) in views.items():
         assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks, f"{name} joined")
         newest = tables.latest_commit(spark, p.warehouse.snapshot(fresh=True).table(name).path)
-        assert newest.metadata["path"] == "join-negate" and "partials" not in newest.metadata, newest
+        assert newest.metadata.path == "join-negate" and not newest.metadata.partials, newest
     kept = sorted((Path(paths["orders"] + "_partials")).iterdir())
     assert len(kept) == 2, kept  # one table per view shape
     for name in views:
         view = p.warehouse.snapshot(fresh=True).table(name)
-        assert sum(bool(c.metadata.get("partials")) for c in tables.history(spark, view.path)) >= 3, name
+        assert sum(partials_read(c) for c in tables.history(spark, view.path)) >= 3, name
     for table in kept:
-        ops = [(c.operation, c.metadata.get("appended")) for c in tables.history(spark, str(table))]
+        ops = [(c.operation, c.metadata.appended if isinstance(c.metadata, records.Partials) else None)
+               for c in tables.history(spark, str(table))]
         assert ("WRITE", 0) in ops and ("WRITE", 1) in ops, ops  # built or folded (0), caught up by appending (1)
     shutil.rmtree(root, ignore_errors=True)

@@ -15,6 +15,7 @@ import pytest
 
 from pipeframe.engine import deltalog
 from pipeframe.engine.tables import Commit
+from pipeframe.plan import records
 
 BASE_MS = 1_700_000_000_000
 META = {"metaData": {"id": "t", "format": {"provider": "parquet", "options": {}}, "schemaString": "{}",
@@ -64,10 +65,10 @@ def test_history_reads_commit_files_as_describe_history_does(tmp_path):
     commits = deltalog.history(str(tmp_path), None)
     assert [c.version for c in commits] == [2, 1, 0]
     newest, second, first = commits
-    assert newest == Commit(2, datetime.fromtimestamp(BASE_MS // 1000 + 2), BASE_MS / 1000 + 2, "", {}, {}, {})
+    assert newest == Commit(2, datetime.fromtimestamp(BASE_MS // 1000 + 2), BASE_MS / 1000 + 2, "", {}, {}, None)
     assert second.operation == "WRITE" and second.metrics == {"numFiles": "1"}
     assert second.parameters == {"auto": "false", "n": "5", "mode": "Append"}
-    assert second.metadata == {"view": "v", "source_version": 3, "source_path": "/s"}
+    assert second.metadata == records.ViewCommit("v", source_version=3, source_path="/s")
     assert first.parameters == {"description": None, "isManaged": "false"}
     assert deltalog.history(str(tmp_path), 2) == commits[:2]
     assert deltalog.history(str(tmp_path), 50) == commits  # a limit past version 0 stops there

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeframe.compiler.graph import ResourceKey
+from pipeframe.plan import records
 from pipeframe.plan.diff import Change, Plan, diff
 from pipeframe.plan.render import plan_lines, print_plan
 from pipeframe.plan.state import ResourceState, desired_state
@@ -36,8 +37,8 @@ def states(root: Path) -> dict[ResourceKey, ResourceState]:
 
 
 def stored(desired: dict[ResourceKey, ResourceState]) -> dict[ResourceKey, ResourceState]:
-    """What the state store gives back: every state through JSON text and ResourceState.from_json."""
-    return {key: ResourceState.from_json(json.loads(json.dumps(s.to_json()))) for key, s in desired.items()}
+    """What the state store gives back: every state through its record's text (`records`)."""
+    return {key: records.decode_state(records.encode_state(s), str(key)) for key, s in desired.items()}
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from pipeframe.compiler.partials import partials
 from pipeframe.engine.materialize import _joined_monotonically
 from pipeframe.engine.tables import Commit, adds_rows, as_followed
+from pipeframe.plan import records
 from pipeframe.plan.state import desired_state
 from pipeframe.project import Project
 from tests.unit.test_incremental_rules import mv
@@ -101,12 +102,12 @@ def test_which_commits_count_the_rows_they_changed_and_which_may_add_rows():
 
 
 def test_a_view_following_ttl_reads_the_ttl_delete_as_a_delete():
-    ttl = Commit(2, datetime(2024, 1, 1), 0.0, "DELETE", {}, {"numDeletedRows": "4"}, {"op": "ttl", "other": 1})
+    ttl = Commit(2, datetime(2024, 1, 1), 0.0, "DELETE", {}, {"numDeletedRows": "4"}, records.Retention())
     assert not ttl.changes_data and not ttl.rewrites_rows() and ttl.changed_rows == 0  # every other view skips it
     assert as_followed([ttl], False) == [ttl]
     followed = as_followed([ttl, commit("WRITE", numOutputRows=1)], True)
     assert followed[0].changes_data and followed[0].rewrites_rows() and followed[0].changed_rows == 4
-    assert followed[0].metadata == {"other": 1} and followed[1] == commit("WRITE", numOutputRows=1)
+    assert followed[0].metadata is None and followed[1] == commit("WRITE", numOutputRows=1)
 
 
 SALES_COLUMNS = ["ts", "order_id", "product", "amount", "quantity"]

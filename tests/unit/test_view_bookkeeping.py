@@ -11,14 +11,15 @@ import pytest
 from pipeframe.engine.ingest import detect_format
 from pipeframe.engine.lifecycle import effective_status
 from pipeframe.engine.materialize import BackfillProgress
-from pipeframe.engine.tables import Commit, _pipeframe_metadata
+from pipeframe.engine.tables import Commit
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.errors import PipeframeError
+from pipeframe.plan import records
 
 
 def commit(operation: str, parameters: dict | None = None, metrics: dict | None = None,
-           metadata: dict | None = None) -> Commit:
-    return Commit(7, datetime(2024, 5, 1), 0.0, operation, parameters or {}, metrics or {}, metadata or {})
+           metadata: records.CommitRecord | None = None) -> Commit:
+    return Commit(7, datetime(2024, 5, 1), 0.0, operation, parameters or {}, metrics or {}, metadata)
 
 
 @pytest.mark.parametrize(("operation", "parameters", "metrics", "rewrites"), [
@@ -41,19 +42,21 @@ def test_which_commits_rewrite_rows_in_place(operation, parameters, metrics, rew
 
 
 def test_compaction_and_ttl_commits_are_neutral_for_views_downstream():
-    compaction = commit("WRITE", {"mode": "Overwrite"}, metadata={"op": "compact"})
-    ttl = commit("DELETE", {}, {"numDeletedRows": "100"}, metadata={"op": "ttl"})
-    for neutral in (compaction, ttl):
+    compaction = commit("WRITE", {"mode": "Overwrite"}, metadata=records.Compaction("v", 3))
+    restore = commit("WRITE", {"mode": "Append"}, {"numOutputRows": "2"}, records.CompactionRestore("v", "c1", 3))
+    ttl = commit("DELETE", {}, {"numDeletedRows": "100"}, metadata=records.Retention())
+    for neutral in (compaction, restore, ttl):
         assert neutral.neutral and not neutral.rewrites_rows() and not neutral.changes_data
     assert commit("WRITE", {"mode": "Append"}).changes_data
     assert not commit("VACUUM END").changes_data
 
 
 def test_user_metadata_is_read_only_from_pipeframe_commits():
-    assert _pipeframe_metadata('{"pipeframe": {"source_version": 4}}') == {"source_version": 4}
-    assert _pipeframe_metadata('{"other": 1}') == {}
-    assert _pipeframe_metadata("free text someone wrote") == {}
-    assert _pipeframe_metadata(None) == {}
+    assert records.decode('{"pipeframe": {"view": "v", "source_version": 4}}', "c") == \
+        records.ViewCommit("v", source_version=4)
+    assert records.decode('{"other": 1}', "c") is None
+    assert records.decode("free text someone wrote", "c") is None
+    assert records.decode(None, "c") is None
 
 
 def run(done: int, **extra) -> dict:
