@@ -5,6 +5,8 @@ A group commit typed here needs no Spark job at all. Lines are parsed by orjson 
 the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
 `$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
 `get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
+A flat batch (every column a top-level key of a type pyarrow's JSON reader reads as here) whose every line fits is
+read by pyarrow's reader at once (`_arrow_flat`); any other batch, or one with a misfit, as follows.
 The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
 (`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
 the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
@@ -583,6 +585,10 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     try:
         readers = _readers(datasource, time_zone in UTC_ZONES, datetime.now(UTC))
         every_default = all(r.column.default is not None for r in readers)
+        if time_zone in UTC_ZONES and _flat(readers):  # the one place that picks pyarrow's JSON reader
+            table = _arrow_flat(texts, readers, every_default)
+            if table is not None:
+                return Typed(table, list(range(len(texts))), [])
         # Plain times are read in UTC: in another session time zone every line is read by `_line`.
         fast, slow = _fast(texts, readers, every_default) if time_zone in UTC_ZONES else (None, range(len(texts)))
         columns: list[list] = [[] for _ in readers]
@@ -608,6 +614,85 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
         rows = pa.concat_tables([fast_rows, rows]).take(pa.array(order, pa.int64())) if kept else fast_rows
         kept = sorted(fast_kept + kept)
     return Typed(rows, kept, misfits)
+
+
+# ------------------------------------------------------------------------------------------------ flat batches
+# Spark types pyarrow's JSON reader reads as jsonlines does when it reads them at all: a value of another JSON kind,
+# a fraction for an integer, a key given twice, a key not a column, a lone surrogate, text after the object each
+# make it raise (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings first.
+_ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "TIMESTAMP", "DATE")
+# Where a DOUBLE column might be sent an integer of 2**53 or more (`_fast_column` reads it otherwise) or a number
+# with an exponent: 16 digits in a row not after a point (a fraction's digits are exact to pyarrow), or an
+# exponent, anywhere in the batch (strings included: it only costs speed) sends it the other way.
+_LONG_OR_EXPONENT = r"(^|[^0-9.])[0-9]{16}|[0-9][eE]"  # RE2 (pyarrow): many times quicker than `re` here
+
+
+def _flat(readers: list[_Reader]) -> bool:
+    """Whether every column is a top-level key of a type pyarrow's JSON reader types as `_line` does."""
+    return all(len(r.path.steps) == 1 and isinstance(r.path.steps[0], str) and not r.path.whole_array
+               and r.column.type.upper() in _ARROW_READS for r in readers)
+
+
+def _arrow_flat(texts: list[str], readers: list[_Reader], every_default: bool) -> pa.Table | None:
+    """Flat lines (`_flat`) read by pyarrow's JSON reader at once, when every line is an object whose every value
+    fits its column (in range, a time in the plain ISO form); None when one does not, and the batch is typed by
+    `_fast`/`_line`, which give the misfits their reasons."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if not texts:
+        return None
+    try:
+        data = "\n".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if any(r.column.type.upper() == "DOUBLE" for r in readers) and \
+            pc.any(pc.match_substring_regex(pa.array([data], pa.large_binary()).cast(pa.large_string()),
+                                            _LONG_OR_EXPONENT)).as_py():
+        return None
+    if data.startswith(b"\xef\xbb\xbf") or b"\n\xef\xbb\xbf" in data:
+        return None  # a byte order mark: Spark's reader keeps the line without it
+    read_as = {r.path.steps[0]: pa.string() if r.column.type.upper() in ("TIMESTAMP", "DATE") else
+               pa.int64() if pa.types.is_integer(r.arrow) else r.arrow for r in readers}
+    if len(read_as) != len(readers):
+        return None  # two columns of one key
+    try:
+        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
+                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(read_as.items())),
+                                                           unexpected_field_behavior="error"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(texts):
+        return None
+    missing, columns = None, []
+    for reader in readers:
+        array = table.column(reader.path.steps[0]).combine_chunks()
+        type_ = reader.column.type.upper()
+        if pa.types.is_integer(reader.arrow):
+            low, high = reader.rules.bounds or integer_range(type_)
+            if array.null_count < len(array) and (pc.min(array).as_py() < low or pc.max(array).as_py() > high):
+                return None
+            array = array.cast(reader.arrow)
+        elif type_ in ("TIMESTAMP", "DATE"):
+            plain = pc.match_substring_regex(array, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
+            if not pc.all(plain).as_py() in (True, None):
+                return None
+            try:
+                array = array.cast(pa.date32()) if type_ == "DATE" else \
+                    pc.utf8_rtrim(array, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        none = pc.is_null(array)
+        missing = none if missing is None else pc.and_(missing, none)
+        if reader.default is not None and array.null_count:
+            array = pc.if_else(none, pa.scalar(reader.default, reader.arrow), array)
+        columns.append(array)
+    if not every_default and pc.any(missing).as_py():
+        return None  # a line with none of the columns: `_line` says so
+    return pa.table(columns, names=[r.column.name for r in readers])
 
 
 # ------------------------------------------------------------------------------------------------ the fast way

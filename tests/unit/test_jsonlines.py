@@ -3,7 +3,13 @@ a review found typed otherwise than Spark types them. tests/spark/test_ingest_on
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeframe.engine import jsonlines
 from tests.conftest import datasource
@@ -80,3 +86,85 @@ def test_integers_wider_than_64_bits_are_read_exactly_within_what_their_decimal_
         (Decimal(big), Decimal(123456789012345678901234567890), Decimal(0)), (Decimal(-big), Decimal(0), Decimal(0))]
     assert reasons == [f'column `i`: cannot read "{big + 1}" as Int128', 'column `u`: cannot read "-1" as UInt128',
                        'column `w`: cannot read "-1" as UInt256']
+
+
+# ------------------------------------------------------------------------------------------------ flat batches
+_FLAT_COLUMNS = ["`s` String", "`n` Nullable(String)", "`b` Bool", "`i` Int64", "`u` UInt16", "`t` Int8 DEFAULT 7",
+                 "`ts` DateTime", "`d` Date",
+                 "`f` Float64", "`k` String `json:$.key`"]
+_FLAT_VALUES = {
+    "s": st.one_of(st.text(max_size=6), st.integers(-3, 3), st.none()),
+    "n": st.one_of(st.text(alphabet="ab\"\\é\u2028{}:", max_size=4), st.none()),
+    "b": st.one_of(st.booleans(), st.sampled_from(["true", 1, None])),
+    "i": st.one_of(st.integers(-(2 ** 64), 2 ** 64), st.sampled_from([1.0, 1.5, "12", None])),
+    "u": st.one_of(st.integers(-2, 70000), st.sampled_from([None, "5"])),
+    "t": st.one_of(st.integers(-200, 200), st.none()),
+    "ts": st.one_of(st.sampled_from(["2024-05-01 10:00:00", "2024-05-01T10:00:00.123Z", "2024-02-30 00:00:00",
+                                     "yesterday", "2024-05-01", 1714557600, None])),
+    "d": st.sampled_from(["2024-05-01", "2024-13-01", "2024-05-01 10:00:00", None]),
+    "f": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2 ** 60), 2 ** 60),
+                   st.sampled_from([-0.0, 1e-7, "2.5", True, None])),
+    "key": st.one_of(st.text(max_size=3), st.none()),
+}
+
+
+@st.composite
+def _flat_line(draw: st.DrawFn) -> str:
+    """A flat line: some of the columns' keys with values of their kind or another (out of range, misfits), at
+    times a key that is no column, a key given twice, text that is not JSON or not an object."""
+    keys = draw(st.lists(st.sampled_from(sorted(_FLAT_VALUES)), unique=True))
+    event = {key: draw(_FLAT_VALUES[key]) for key in keys}
+    line = json.dumps(event, ensure_ascii=draw(st.booleans()))
+    odd = draw(st.sampled_from(["", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty"]))
+    if odd == "extra":
+        line = line[:-1] + (', "other": 1}' if event else '"other": 1}')
+    elif odd == "twice" and event:
+        line = line[:-1] + f', "{keys[0]}": null}}'
+    elif odd == "not json":
+        line = line[:-1]
+    elif odd == "array":
+        line = f"[{line}]"
+    elif odd == "bom":
+        line = "\ufeff" + line
+    elif odd == "empty":
+        line = "{}"
+    return line
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_flat_line(), min_size=1, max_size=8), st.integers(0, len(_FLAT_COLUMNS) - 1))
+def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line(lines: list[str], first: int):
+    """Flat batches (every column a top-level key of a type pyarrow's JSON reader reads) typed by the one path
+    `type_lines` picks for them equal the same lines typed without pyarrow's reader (`_fast`/`_line`): the same
+    table, the same kept lines, the same misfits and reasons, or both None."""
+    columns = _FLAT_COLUMNS[first:] + _FLAT_COLUMNS[:first]
+    source = datasource(columns)
+    readers = jsonlines._readers(source, True, datetime.now(UTC))
+    assert jsonlines._flat(readers)
+    found = jsonlines.type_lines(lines, source, "UTC")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jsonlines, "_flat", lambda readers: False)
+        expected = jsonlines.type_lines(lines, source, "UTC")
+    if expected is None:
+        assert found is None
+        return
+    assert found is not None
+    assert found.rows.equals(expected.rows), (found.rows.to_pylist(), expected.rows.to_pylist())
+    assert found.rows.schema == expected.rows.schema
+    assert (found.kept, found.misfits) == (expected.kept, expected.misfits)
+
+
+def test_a_flat_batch_that_fits_is_read_by_pyarrow_and_one_that_does_not_by_jsonlines():
+    """The decision: a flat batch whose lines all fit is typed by pyarrow's reader; one out-of-range value sends the
+    batch to the line-by-line typing, which quarantines that line with its reason."""
+    source = datasource(["`s` String", "`u` UInt8", "`ts` DateTime"])
+    readers = jsonlines._readers(source, True, datetime.now(UTC))
+    lines = ['{"s": "a", "u": 1, "ts": "2024-05-01 10:00:00"}', '{"s": "b", "u": 2, "ts": "2024-05-01T11:00:00Z"}']
+    assert jsonlines._arrow_flat(lines, readers, False).to_pylist() == \
+        jsonlines.type_lines(lines, source, "UTC").rows.to_pylist()
+    assert [row["u"] for row in jsonlines.type_lines(lines, source, "UTC").rows.to_pylist()] == [1, 2]
+    misfit = [*lines, '{"s": "c", "u": 256, "ts": "2024-05-01 12:00:00"}']
+    assert jsonlines._arrow_flat(misfit, readers, False) is None
+    typed_ = jsonlines.type_lines(misfit, source, "UTC")
+    assert typed_.kept == [0, 1]
+    assert [reason for _, _, reason in typed_.misfits] == ['column `u`: cannot read "256" as UInt8']
