@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import HideTokens
-from pipeframe.server.errors import add_error_handlers
+from pipeframe.server.errors import add_error_handlers, error_response
 from pipeframe.server.openapi import add_docs_routes
 from pipeframe.server.routes import add_event_routes, add_pipe_routes, add_view_routes
 from pipeframe.server.service import Service
@@ -64,9 +64,12 @@ class RefuseWhileStopping:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v0/") and self.service.stopping.is_set():
-            raise PipeframeError("PF819", "The server is stopping: it takes no more requests.",
-                                 "Send the request again once the server is back (after Retry-After seconds).",
-                                 http_status=503)
+            refused = PipeframeError("PF819", "The server is stopping: it takes no more requests.",
+                                     "Send the request again once the server is back (after Retry-After seconds).",
+                                     http_status=503)
+            # Answered here: the app's exception handlers sit inside this middleware.
+            await error_response(refused, self.service.project)(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
