@@ -24,7 +24,10 @@ from pipeframe.server.openapi import add_docs_routes
 from pipeframe.server.routes import add_event_routes, add_pipe_routes, add_view_routes
 from pipeframe.server.service import Service
 
-GRACEFUL_SECONDS = 5  # once stopping, how long the answers of the requests in flight may take to be sent
+# Once stopping, how long the requests in flight may take to be answered before uvicorn cancels them. Idle connections
+# close at once, so this costs nothing when none is in flight; a wait=true request may be starting Spark for its view
+# refresh (10-30 s on a small machine) and must still be answered, as committed.
+GRACEFUL_SECONDS = 60
 
 
 def create_app(service: Service) -> FastAPI:

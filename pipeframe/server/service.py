@@ -202,6 +202,8 @@ class Service:
         """`result` once every view downstream of `datasource` has applied it (a materializer round that started
         after the commit), with each view's refresh; None when the server stopped first (the rows are committed,
         the views apply them when it runs again)."""
+        if self.stopping.is_set():
+            return None
         views = [v.state.name for v in self.project.materializer().downstream([datasource])]
         after = result.mark if isinstance(result.mark, int) else None
         refreshed = self.materializer.wait(views, WAIT_SECONDS, after)
