@@ -208,6 +208,9 @@ class DevLoop:
                 finally:
                     self._settle()
         finally:
+            # Ctrl-C ends the loop above without `stop` set: set it, or the deploy thread never sees it (and the
+            # join below waited its whole timeout, 60 s, before dev exited). A deploy under way finishes first.
+            stop.set()
             observer.stop()
             observer.join(timeout=5)
             recorder.join(timeout=60)
@@ -278,5 +281,7 @@ class DevLoop:
             except KeyboardInterrupt:
                 pass
             finally:
+                self.echo("stopping: finishing the requests and the refresh under way ...")
                 server.stop()
+                self.echo("stopped")
         return 0

@@ -19,16 +19,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import HideTokens
-from pipeframe.server.errors import add_error_handlers
+from pipeframe.server.errors import add_error_handlers, error_response
 from pipeframe.server.openapi import add_docs_routes
 from pipeframe.server.routes import add_event_routes, add_pipe_routes, add_view_routes
 from pipeframe.server.service import Service
+
+# Once stopping, how long the requests in flight may take to be answered before uvicorn cancels them. Idle connections
+# close at once, so this costs nothing when none is in flight; a wait=true request may be starting Spark for its view
+# refresh (10-30 s on a small machine) and must still be answered, as committed.
+GRACEFUL_SECONDS = 60
 
 
 def create_app(service: Service) -> FastAPI:
     """The FastAPI app over `service`: routes, error shapes and the OpenAPI document."""
     app = FastAPI(title="pipeframe", version=_version(), openapi_url=None, docs_url=None, redoc_url=None)
     app.add_middleware(FollowDeploys, service=service)
+    app.add_middleware(RefuseWhileStopping, service=service)  # outside FollowDeploys: a stopping server reads nothing
     add_error_handlers(app, service)  # outermost: what fails while following is answered in the error shape too
     add_pipe_routes(app, service)
     add_event_routes(app, service)
@@ -48,6 +54,25 @@ class FollowDeploys:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v0/") and self.service.follow_due():
             await run_in_threadpool(self.service.follow)
+        await self.app(scope, receive, send)
+
+
+class RefuseWhileStopping:
+    """Once the server is stopping (`Service.stopping`), an API request that arrives is answered 503 PF819 with
+    Retry-After; the requests already running are answered with their real outcome."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v0/") and self.service.stopping.is_set():
+            refused = PipeframeError("PF819", "The server is stopping: it takes no more requests.",
+                                     "Send the request again once the server is back (after Retry-After seconds).",
+                                     http_status=503)
+            # Answered here: the app's exception handlers sit inside this middleware.
+            await error_response(refused, self.service.project)(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -78,16 +103,21 @@ class RunningServer:
             self.thread.join(0.5)
 
     def stop(self) -> None:
+        """The one shutdown path of `serve` and `dev`: refuse new requests (503 PF819), commit what the group
+        committer holds and answer its waiters, let the refresh under way finish, then close the HTTP server once
+        the answers of the requests in flight are sent (uvicorn waits for open connections, up to
+        GRACEFUL_SECONDS; the thread join allows for that)."""
+        self.service.stopping.set()
         for job in reversed(self.service.jobs):
             job.stop()
         self.server.should_exit = True
-        self.thread.join(30)
+        self.thread.join(GRACEFUL_SECONDS + 5)
 
 
 def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) -> RunningServer:
     """Listen on host:port (0 picks a free port) in a background thread, then start the service's jobs."""
     config = uvicorn.Config(create_app(service), host=host, port=port, log_level="info", lifespan="off",
-                            timeout_graceful_shutdown=10)
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # the caller prints where it listens
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, HideTokens) for f in access.filters):

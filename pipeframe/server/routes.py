@@ -89,8 +89,10 @@ def add_event_routes(app: FastAPI, service: Service) -> None:
         else:
             future = service.submit(name, lines, idempotency_key)
         result = await asyncio.wrap_future(future)
-        if wait:
-            result = await run_in_threadpool(service.applied, name, result)
+        applied = await run_in_threadpool(service.applied, name, result) if wait else None
+        # With wait=true and the server stopping before the views applied the rows: answered as committed (202).
+        wait = applied is not None
+        result = applied or result
         answer = {"successful_rows": result.accepted, "quarantined_rows": result.quarantined,
                   "quarantine_reasons": list(result.reasons), "version": result.version}
         if wait:

@@ -81,6 +81,7 @@ class Service:
         from pipeframe.engine.groupcommit import GroupCommitter
 
         self.lock = threading.RLock()
+        self.stopping = threading.Event()  # set on SIGINT/SIGTERM: new API requests are refused (503 PF819)
         # Views follow their sources in the background; events are group-committed and wake it.
         self.materializer = ContinuousMaterializer(lambda: self.project.materializer(),
                                                    project.config.ingest.poll_ms)
@@ -197,12 +198,17 @@ class Service:
         must not run on the event loop."""
         return self.committer.reads_keys(datasource, key)
 
-    def applied(self, datasource: str, result: IngestResult) -> IngestResult:
+    def applied(self, datasource: str, result: IngestResult) -> IngestResult | None:
         """`result` once every view downstream of `datasource` has applied it (a materializer round that started
-        after the commit), with each view's refresh."""
+        after the commit), with each view's refresh; None when the server stopped first (the rows are committed,
+        the views apply them when it runs again)."""
+        if self.stopping.is_set():
+            return None
         views = [v.state.name for v in self.project.materializer().downstream([datasource])]
         after = result.mark if isinstance(result.mark, int) else None
         refreshed = self.materializer.wait(views, WAIT_SECONDS, after)
+        if refreshed is None and self.stopping.is_set():
+            return None
         if refreshed is None:
             raise PipeframeError("PF820", f"The rows landed in `{datasource}` (version {result.version}) but its views "
                                  f"did not apply them within {WAIT_SECONDS:.0f} s.",
