@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -222,24 +221,38 @@ def test_deploy_killed_during_backfill_changes_nothing_and_the_next_deploy_compl
 
 
 def test_concurrent_deploys_one_wins_the_other_fails_clearly(spark, project_dir, tmp_path):
-    go = tmp_path / "go"
-    workers = [run_worker(project_dir, "slow", str(go)) for _ in range(2)]
+    # No sleep decides this race: the deploy that takes the lock writes `held` and keeps the lock until the test
+    # writes `release`, and the test releases it only after the other deploy has exited. So the loser always
+    # meets a held lock, whichever of the two started first.
+    workers = [run_worker(project_dir, "held", str(tmp_path)) for _ in range(2)]
     for worker in workers:
         assert worker.stdout.readline().strip() == "ready", worker.stderr.read()
-    go.touch()
-    outputs = []
-    for worker in workers:
-        out, err = worker.communicate(timeout=300)
-        outputs.append((worker.returncode, out + err))
-    codes = sorted(code for code, _ in outputs)
-    assert codes == [0, 1], outputs
-    loser = next(text for code, text in outputs if code == 1)
-    assert "PF602" in loser and "Another deploy" in loser and "is running" in loser
+    (tmp_path / "go").touch()
+    held = tmp_path / "held"
+    deadline = time.monotonic() + 300
+    while not held.exists():
+        assert time.monotonic() < deadline and all(w.poll() is None or w.returncode == 1 for w in workers), \
+            [(w.poll(), w.stderr.read() if w.poll() is not None else "") for w in workers]
+        time.sleep(0.05)
+    winner = next(w for w in workers if w.pid == int(held.read_text()))
+    loser = next(w for w in workers if w is not winner)
+    out, err = loser.communicate(timeout=300)
+    assert loser.returncode == 1, out + err
+    assert "PF602" in out and "Another deploy" in out and "is running" in out, out + err
+    assert winner.poll() is None  # still holding the lock the loser met
+    (tmp_path / "release").touch()
+    out, err = winner.communicate(timeout=300)
+    assert winner.returncode == 0 and out.strip() == "deployed 3", out + err
     p = project(project_dir, spark)
     assert not p.plan().has_changes
-    assert [d.result for d in p.history()] == ["succeeded"]
-    assert json.dumps([str(r.key) for r in p.warehouse.snapshot(fresh=True).values()])
-    time.sleep(0)
+    [deployment] = p.history()
+    assert deployment.result == "succeeded"
+    # The state store's resource rows are exactly the project's three tables, each written by the winning deploy.
+    state = p.spark.read.format("delta").load(p.warehouse.state_path).where("record = 'resource'")
+    assert sorted((r["key"], r["deployment"]) for r in state.collect()) == sorted(
+        (key, deployment.id) for key in ("datasource:events", "datasource:hourly", "datasource:daily"))
+    assert {str(key) for key in p.warehouse.snapshot(fresh=True)} == \
+        {"datasource:events", "datasource:hourly", "datasource:daily"}
 
 
 def test_a_plan_made_before_another_deploy_landed_is_refused_and_changes_nothing(spark, project_dir):
