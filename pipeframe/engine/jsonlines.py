@@ -667,7 +667,7 @@ def _arrow_flat(texts: list[str], readers: list[_Reader], every_default: bool) -
         return None
     if table.num_rows != len(texts):
         return None
-    missing, columns = None, []
+    columns = []
     for reader in readers:
         array = table.column(reader.path.steps[0]).combine_chunks()
         type_ = reader.column.type.upper()
@@ -685,13 +685,25 @@ def _arrow_flat(texts: list[str], readers: list[_Reader], every_default: bool) -
                     pc.utf8_rtrim(array, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
+        columns.append(array)
+    return _table(readers, columns, every_default)
+
+
+def _table(readers: list[_Reader], arrays: list[pa.Array], every_default: bool) -> pa.Table | None:
+    """The typed columns as a table, each missing value given its column's DEFAULT; None when a line has none of
+    the columns (`_line` says so)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    missing, columns = None, []
+    for reader, array in zip(readers, arrays, strict=True):
         none = pc.is_null(array)
         missing = none if missing is None else pc.and_(missing, none)
         if reader.default is not None and array.null_count:
             array = pc.if_else(none, pa.scalar(reader.default, reader.arrow), array)
         columns.append(array)
     if not every_default and pc.any(missing).as_py():
-        return None  # a line with none of the columns: `_line` says so
+        return None
     return pa.table(columns, names=[r.column.name for r in readers])
 
 
@@ -737,18 +749,11 @@ def _fast(texts: list[str], readers: list[_Reader],
     if len(slow) == len(texts):
         return None, list(range(len(texts)))
     keep = pa.array([index not in slow for index in range(len(texts))])
-    missing, columns = None, []
-    for reader, array in zip(readers, arrays, strict=True):
-        array = array.filter(keep) if slow else array
-        none = pc.is_null(array)
-        missing = none if missing is None else pc.and_(missing, none)
-        if reader.default is not None and array.null_count:
-            array = pc.if_else(none, pa.scalar(reader.default, reader.arrow), array)
-        columns.append(array)
-    if not every_default and pc.any(missing).as_py():
-        return None, list(range(len(texts)))  # a line with none of the columns: `_line` says so
+    table = _table(readers, [array.filter(keep) if slow else array for array in arrays], every_default)
+    if table is None:
+        return None, list(range(len(texts)))
     fast = [index for index in range(len(texts)) if index not in slow]
-    return (pa.table(columns, names=[r.column.name for r in readers]), fast), sorted(slow)
+    return (table, fast), sorted(slow)
 
 
 def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | None:
