@@ -89,18 +89,19 @@ def add_event_routes(app: FastAPI, service: Service) -> None:
         else:
             future = service.submit(name, lines, idempotency_key)
         result = await asyncio.wrap_future(future)
+        # None without wait=true, and when the server stopped before the views applied the rows: answered as
+        # committed (202), without the views.
         applied = await run_in_threadpool(service.applied, name, result) if wait else None
-        # With wait=true and the server stopping before the views applied the rows: answered as committed (202).
-        wait = applied is not None
         result = applied or result
         answer = {"successful_rows": result.accepted, "quarantined_rows": result.quarantined,
                   "quarantine_reasons": list(result.reasons), "version": result.version}
-        if wait:
+        if applied is not None:
             answer["views"] = [asdict(v) for v in result.views]
             if problems := view_problems(result.views):
                 answer["problems"] = problems
         headers = {"Idempotent-Replayed": "true"} if result.replayed else None
-        return JSONResponse(hide_paths(answer, service.project), status_code=200 if wait else 202, headers=headers)
+        return JSONResponse(hide_paths(answer, service.project), status_code=202 if applied is None else 200,
+                            headers=headers)
 
     @app.get("/v0/ingest", summary="Ingestion figures per datasource", tags=["events"])
     def ingest_stats(request: Request) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import subprocess
 import sys
 
 import pyarrow as pa
@@ -68,8 +69,6 @@ def test_snapshot_of_a_partitioned_table_written_by_delta_rs(tmp_path):
 def test_a_snapshot_loads_no_pyarrow(tmp_path):
     """Why the schema is read from the log's JSON and the files through arro3: a fresh `status` or `endpoint`
     process does not pay for pyarrow and numpy. Checked in a child interpreter, where nothing imported them yet."""
-    import subprocess
-
     write_deltalake(str(tmp_path), pa.table({"n": [1, 2]}))
     probe = ("import sys; from deltalake import DeltaTable; from pipeframe.serving.snapshots import _snapshot; "
              f"files, columns, _ = _snapshot(DeltaTable({str(tmp_path)!r}), {str(tmp_path)!r}); "
