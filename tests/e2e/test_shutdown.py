@@ -6,6 +6,7 @@ idle, serve with a wait=true POST and a 20,000-row POST in flight. Exit times ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -53,6 +55,19 @@ def interrupt(process: subprocess.Popen) -> tuple[float, int]:
     return time.monotonic() - start, code
 
 
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`pipeframe serve` of the project's `dev` environment on 127.0.0.1; killed on the way out if a failed
+    assertion left it running."""
+    process, url = serve(root)
+    try:
+        yield process, url
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 def serve(root: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEFRAME_")}
@@ -87,9 +102,9 @@ def events(count: int, start: int) -> bytes:
 
 def test_serve_idle_exits_cleanly_on_ctrl_c(project):
     """Case c: nothing in flight."""
-    process, _url = serve(project)
-    seconds, code = interrupt(process)
-    out = process.communicate()[0]
+    with serving(project) as (process, _url):
+        seconds, code = interrupt(process)
+        out = process.communicate()[0]
     print(f"pipeframe serve, idle: exited {code} {seconds:.1f} s after SIGINT")
     assert code == 0 and "stopped" in out and "Traceback" not in out, out
 
@@ -97,49 +112,49 @@ def test_serve_idle_exits_cleanly_on_ctrl_c(project):
 def test_serve_answers_requests_in_flight_with_their_real_outcome(project):
     """Cases a and b in one process: a wait=true POST and a 20,000-row POST are in flight when SIGINT arrives."""
     before = landed(project)
-    process, url = serve(project)
-    answers: dict[str, httpx.Response | Exception] = {}
+    with serving(project) as (process, url):
+        answers: dict[str, httpx.Response | Exception] = {}
 
-    def post(name: str, body: bytes, wait: bool) -> None:
+        def post(name: str, body: bytes, wait: bool) -> None:
+            try:
+                answers[name] = httpx.post(f"{url}/v0/events", params={"name": "events", "wait": wait}, content=body,
+                                           timeout=WAIT_S)
+            except httpx.HTTPError as err:
+                answers[name] = err
+
+        bodies = {"wait": events(10, 0), "large": events(ROWS, 10)}
+        threads = [threading.Thread(target=post, args=(name, body, name == "wait")) for name, body in bodies.items()]
+        for thread in threads:
+            thread.start()
+        # Synchronize on the server's own figures: both requests were read whole and handed to the group committer
+        # (queued or committed) when GET /v0/ingest counts them; only then is SIGINT sent, so both are in flight or
+        # answered, never still uploading.
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            figures = httpx.get(f"{url}/v0/ingest", timeout=60).json()["datasources"].get("events", {})
+            if figures.get("requests", 0) + figures.get("buffered_requests", 0) >= 2:
+                break
+            assert time.monotonic() < deadline and process.poll() is None, \
+                "the two requests never reached the committer"
+            time.sleep(0.05)  # polling an observable figure, not settling a race
+        start = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        # A request arriving now: refused with 503 PF819 and Retry-After while the server stops, or not connected once
+        # it closed its socket; never anything else.
         try:
-            answers[name] = httpx.post(f"{url}/v0/events", params={"name": "events", "wait": wait}, content=body,
-                                       timeout=WAIT_S)
-        except httpx.HTTPError as err:
-            answers[name] = err
-
-    bodies = {"wait": events(10, 0), "large": events(ROWS, 10)}
-    threads = [threading.Thread(target=post, args=(name, body, name == "wait")) for name, body in bodies.items()]
-    for thread in threads:
-        thread.start()
-    # Synchronize on the server's own figures: both requests were read whole and handed to the group committer
-    # (queued or committed) when GET /v0/ingest counts them; only then is SIGINT sent, so both are in flight or
-    # answered, never still uploading.
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        figures = httpx.get(f"{url}/v0/ingest", timeout=60).json()["datasources"].get("events", {})
-        if figures.get("requests", 0) + figures.get("buffered_requests", 0) >= 2:
-            break
-        assert time.monotonic() < deadline and process.poll() is None, "the two requests never reached the committer"
-        time.sleep(0.05)  # polling an observable figure, not settling a race
-    start = time.monotonic()
-    process.send_signal(signal.SIGINT)
-    # A request arriving now: refused with 503 PF819 and Retry-After while the server stops, or not connected once
-    # it closed its socket; never anything else.
-    try:
-        late = httpx.post(f"{url}/v0/events", params={"name": "events"}, content=events(1, -1), timeout=WAIT_S)
-        assert late.status_code == 503 and late.json()["code"] == "PF819" and late.headers["Retry-After"], late.text
-        late_rows = 0
-    except httpx.TransportError:
-        late_rows = 0
-    code = process.wait(timeout=WAIT_S)
-    seconds = time.monotonic() - start
-    for thread in threads:
-        thread.join(WAIT_S)
-    out = process.communicate()[0]
+            late = httpx.post(f"{url}/v0/events", params={"name": "events"}, content=events(1, -1), timeout=WAIT_S)
+            assert late.status_code == 503 and late.json()["code"] == "PF819" and late.headers["Retry-After"], late.text
+        except httpx.TransportError:
+            pass  # the server had closed its socket: nothing was sent, so no row can land
+        code = process.wait(timeout=WAIT_S)
+        seconds = time.monotonic() - start
+        for thread in threads:
+            thread.join(WAIT_S)
+        out = process.communicate()[0]
     print(f"pipeframe serve, wait=true + {ROWS:,}-row POST in flight: exited {code} {seconds:.1f} s after SIGINT; "
           f"answers {[(n, getattr(a, 'status_code', repr(a))) for n, a in answers.items()]}")
     assert code == 0 and "Traceback" not in out, out
-    told = late_rows
+    told = 0
     for name, body in bodies.items():
         answer = answers[name]
         assert isinstance(answer, httpx.Response), f"{name}: no answer ({answer!r}):\n{out}"
