@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.engine.groupcommit import GroupCommitter
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.lifecycle import ViewStatus
-    from pipeframe.engine.localserver import LocalServer
+    from pipeframe.engine.localstate import LocalServer
     from pipeframe.engine.materialize import BackfillProgress, Materializer, ViewRefresh
     from pipeframe.engine.query import DataFrame
     from pipeframe.engine.session import SparkSession
@@ -328,7 +328,7 @@ class Project:
 
     def local_status(self) -> LocalServer | None:
         """This project's local engine while it is up, else None."""
-        from pipeframe.engine.localserver import running
+        from pipeframe.engine.localstate import running
 
         return running(self.root)
 

@@ -21,6 +21,7 @@ from sqlglot.errors import ErrorLevel, UnsupportedError
 
 from pipeframe.compiler.aggregates import ALL_AGGREGATES, split_clickhouse_name
 from pipeframe.compiler.final import FINAL_MARK
+from pipeframe.compiler.infer import infer
 from pipeframe.compiler.spark_functions import SPARK_FUNCTIONS
 
 CLICKHOUSE = Dialect.get_or_raise("clickhouse")
@@ -1059,8 +1060,6 @@ def resolve_defaults(tree: exp.Expression, types: dict[str, str | None]) -> exp.
     """Write out the markers (ZERO, ZERO_ELEMENT, ROUND) with the types of `types` (column name, lower case → Spark
     type): a default of a type that cannot be told is NULL, and `round` of one rounds as Spark does. A boolean
     literal compared with a number is the number ClickHouse reads it as."""
-    from pipeframe.compiler.infer import infer
-
     scope = _CaseInsensitive(types)
     if types:
         tree = _numeric_booleans(tree, scope)
@@ -1097,8 +1096,6 @@ _NUMBERS = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
 def _numeric_booleans(tree: exp.Expression, scope: Mapping[str, str | None]) -> exp.Expression:
     """`sent = true` where `sent` is a UInt8 flag: ClickHouse's true is 1 and compares with numbers; Spark's does not
     → `sent = 1`."""
-    from pipeframe.compiler.infer import infer
-
     for node in list(tree.find_all(exp.EQ, exp.NEQ)):
         for side, other in (("expression", node.this), ("this", node.expression)):
             literal = node.args.get(side)

@@ -83,7 +83,7 @@ def dedupe_final(tree: exp.Expression, replacing: Mapping[str, Deduplication]) -
     import sqlglot
     from sqlglot import exp
 
-    from pipeframe.compiler.sql import DIALECT
+    from pipeframe.compiler.dialect import DIALECT
 
     for table in list(tree.find_all(exp.Table)):
         spec = replacing.get(table.name)

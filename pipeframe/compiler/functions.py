@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from pipeframe.compiler.aggregates import ALL_AGGREGATES, AggregateState, split_clickhouse_name
-from pipeframe.compiler.sql import DIALECT
+from pipeframe.compiler.dialect import DIALECT
 
 NON_DETERMINISTIC = {
     "rand", "random", "randn", "uuid", "shuffle", "current_timestamp", "now", "current_date", "curdate",

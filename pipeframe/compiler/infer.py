@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from pipeframe.compiler.aggregates import BY_PLAIN_NAME, returns_array, state_type_for
+from pipeframe.compiler.dialect import DIALECT
 from pipeframe.compiler.functions import call_of, combinator
-from pipeframe.compiler.sql import DIALECT
 from pipeframe.compiler.types import from_sqlglot
 from pipeframe.datafiles.types import TypeProblem, normalize_type
 

@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from pipeframe.compiler.sql import DIALECT, to_sql
-from pipeframe.compiler.states import BATCH_RELATION
+from pipeframe.compiler.viewplan import BATCH_RELATION
 
 PREFIX = "__pf_p"  # partial state columns: __pf_p0, __pf_p1, ... (by the projection's position)
 SIGN = "__pf_sign"  # on a changed table's rows: 1 added, -1 removed

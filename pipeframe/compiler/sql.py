@@ -10,13 +10,22 @@ from collections.abc import Callable, Mapping
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
+from pipeframe.compiler.clickhouse import (
+    boolean_aggregates,
+    distinct_ifs,
+    from_clickhouse,
+    looks_clickhouse,
+    resolve_defaults,
+    select_aliases,
+    spark_intervals,
+    translate_calls,
+    unknown_functions,
+)
+from pipeframe.compiler.dialect import DIALECT
 from pipeframe.errors import Diagnostic, Location, PipeframeError
 
-# One dialect instance: passing the name makes sqlglot look it up and build a new one on every call.
-DIALECT = Dialect.get_or_raise("spark")
 # `quantilesState(0.5, 0.9)(x)` → `quantilesState(x, 0.5, 0.9)`: the catalog knows the first argument is x.
 # `quantile(0.5)(x)` → `quantiles(x, 0.5)`, the KLL sketch aggregate.
 PARAMETRIC_CALL = re.compile(r"\b(quantiles?(?:TDigest)?(?:State|Merge|MergeState|If|StateIf)?)\s*\(([^()]*)\)\s*\(")
@@ -73,18 +82,6 @@ def parse_select(sql: str, base: Location, types: TypesOf = None) -> exp.Express
     Spark cannot read it or it shows ClickHouse; raises PipeframeError PF303 (syntax) or PF309 (no translation)
     located at the offending token. `types`, the types of the columns it reads, complete what ClickHouse's meaning
     depends on (a type's default, how a float rounds)."""
-    from pipeframe.compiler.clickhouse import (
-        boolean_aggregates,
-        distinct_ifs,
-        from_clickhouse,
-        looks_clickhouse,
-        resolve_defaults,
-        select_aliases,
-        spark_intervals,
-        translate_calls,
-        unknown_functions,
-    )
-
     text = preprocess(sql)
     spark_error: ParseError | None = None
     tree: exp.Expression | None = None

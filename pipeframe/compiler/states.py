@@ -7,13 +7,13 @@ import sqlglot
 from sqlglot import exp
 
 from pipeframe.compiler.aggregates import BY_KIND, BY_PLAIN_NAME, AggregateState, returns_array, state_type_for
+from pipeframe.compiler.dialect import DIALECT
 from pipeframe.compiler.functions import aggregates_in, call_of, combinator
 from pipeframe.compiler.incremental import ViewContext, unfiltered
 from pipeframe.compiler.infer import Scope, infer
-from pipeframe.compiler.sql import DIALECT, inline, rename_tables, to_sql
+from pipeframe.compiler.sql import to_sql
 from pipeframe.compiler.viewplan import ParsedNodes, StateSelect, ViewColumn, ViewPlan
 
-BATCH_RELATION = "__pf_batch"  # the engine registers the block of new source rows under this name
 VALUE_TYPES = {"count": "BIGINT", "count_if": "BIGINT", "avg": "DOUBLE", "uniq": "BIGINT", "uniq_exact": "INT",
                "quantiles": "DOUBLE", "var_samp": "DOUBLE", "var_pop": "DOUBLE", "stddev_samp": "DOUBLE",
                "stddev_pop": "DOUBLE"}
@@ -142,26 +142,6 @@ def plan_view(ctx: ViewContext, scope: Scope, star_columns: list[tuple[str, str 
     select = StateSelect(nodes, tuple(replacements.items()), distinct_to_group, ctx.trigger)
     return ViewPlan(tuple(keys) if aggregated else (), tuple(columns), tuple(rewrites), aggregated, select,
                     row_count)
-
-
-def build_state_sql(select: StateSelect) -> str:
-    """The state SQL of a view: its output node with the state expressions in place, earlier nodes inlined and the
-    trigger read from the batch of new rows."""
-    *earlier, (_, tree) = select.nodes
-    new_tree = tree.copy()
-    if select.distinct_to_group:
-        new_tree.set("distinct", None)
-        new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
-                                                     for i in range(len(new_tree.expressions))]))
-    for index, sql in select.replacements:
-        projection = new_tree.expressions[index]
-        projection.replace(exp.alias_(sqlglot.parse_one(sql, read=DIALECT), projection.alias_or_name, quoted=True))
-    assembled = inline(earlier, new_tree)
-    for query in assembled.find_all(exp.Select, exp.SetOperation):  # ORDER BY means nothing here (PF402 warns)
-        query.set("order", None)
-    if select.trigger:
-        assembled = rename_tables(assembled, {select.trigger: BATCH_RELATION})
-    return to_sql(assembled)
 
 
 def translate_merges(tree: exp.Expression) -> exp.Expression:

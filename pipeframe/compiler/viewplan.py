@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from sqlglot import exp
 
 VerdictStatus = Literal["accepted", "rewritten", "rejected"]
+BATCH_RELATION = "__pf_batch"  # the engine registers the block of new source rows under this name
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ class ParsedNodes(Sequence["tuple[str, exp.Query]"]):
 class StateSelect:
     """What the state SQL of a view is built from: the nodes up to the materialized one, the projections replaced
     by state expressions (index → SQL), the DISTINCT turned into a GROUP BY, and the trigger read as the batch
-    of new rows. Calling it builds the SQL (`states.build_state_sql`)."""
+    of new rows. Calling it builds the SQL: the output node with the state expressions in place, earlier nodes
+    inlined and the trigger read from the batch of new rows."""
 
     nodes: ParsedNodes = field(compare=False)
     replacements: tuple[tuple[int, str], ...]
@@ -105,9 +107,29 @@ class StateSelect:
     trigger: str | None
 
     def __call__(self) -> str:
-        from pipeframe.compiler.states import build_state_sql
+        # sqlglot is loaded here, on first use, not with the module (see the module's docstring)
+        import sqlglot
+        from sqlglot import exp
 
-        return build_state_sql(self)
+        from pipeframe.compiler.dialect import DIALECT
+        from pipeframe.compiler.sql import inline, rename_tables, to_sql
+
+        *earlier, (_, tree) = self.nodes
+        new_tree = tree.copy()
+        if self.distinct_to_group:
+            new_tree.set("distinct", None)
+            new_tree.set("group", exp.Group(expressions=[exp.Literal.number(i + 1)
+                                                         for i in range(len(new_tree.expressions))]))
+        for index, sql in self.replacements:
+            projection = new_tree.expressions[index]
+            projection.replace(exp.alias_(sqlglot.parse_one(sql, read=DIALECT), projection.alias_or_name,
+                                          quoted=True))
+        assembled = inline(earlier, new_tree)
+        for query in assembled.find_all(exp.Select, exp.SetOperation):  # ORDER BY means nothing here (PF402 warns)
+            query.set("order", None)
+        if self.trigger:
+            assembled = rename_tables(assembled, {self.trigger: BATCH_RELATION})
+        return to_sql(assembled)
 
 
 PLAIN_READ = "SELECT * FROM {relation}"

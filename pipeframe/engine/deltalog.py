@@ -27,10 +27,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pipeframe.engine.tables import Commit
+from pipeframe.engine.commits import Commit
+from pipeframe.plan import records
 
 LOG = "_delta_log"
 _COMMIT_FILE = re.compile(r"(\d{20})\.json")
@@ -99,9 +99,6 @@ def latest_version(folder: str) -> int | None:
 def history(folder: str, limit: int | None = None) -> list[Commit] | None:
     """The newest `limit` commits of the table in a local folder, newest first, exactly as `DESCRIBE HISTORY`
     gives them (see the module's docstring); None when the log cannot say exactly."""
-    from pipeframe.engine.tables import Commit
-    from pipeframe.plan import records
-
     try:
         listing = list_log(folder)
         if listing is None or not listing.commits:

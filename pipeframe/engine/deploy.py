@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine import tables
 from pipeframe.engine.conflicts import table_lock
+from pipeframe.engine.materialize import Materializer, apply_ttl
 from pipeframe.engine.warehouse import Warehouse, new_deployment_id, now
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.diff import Change, Plan
@@ -160,8 +161,6 @@ class Deployer:
                            else f"ALTER TABLE {table} CLUSTER BY NONE")
 
     def _backfill(self, view: DeployedResource, live: Live) -> None:
-        from pipeframe.engine.materialize import Materializer
-
         snapshot = DeployedSnapshot.of(live.values())
         self.warehouse.register(snapshot.values())
         materializer = Materializer(self.spark, self.warehouse, snapshot)
@@ -184,8 +183,6 @@ class Deployer:
         frame.selectExpr(*columns).write.format("delta").mode("append").save(path)
 
     def _apply_ttl(self, resource: DeployedResource) -> None:
-        from pipeframe.engine.materialize import apply_ttl
-
         apply_ttl(self.spark, resource)
 
     # ------------------------------------------------------------------------------------ files

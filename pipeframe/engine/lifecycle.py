@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 
 from pipeframe.engine import tables
 from pipeframe.engine.warehouse import ViewRecord
-from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
 from pipeframe.plan.diff import drop_views
-from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot, resolve_view
 from pipeframe.sqltext import first_line, quote_path
 
 if TYPE_CHECKING:  # materialize and deploy are imported where used: `status` reads without them (a fresh process)
@@ -84,20 +83,6 @@ class TableDetail:
     files: int
     bytes: int
     rows: int
-
-
-def resolve_view(deployed: DeployedSnapshot, name: str) -> DeployedResource:
-    """A deployed view by its target name or its pipe name; PF701 when there is none."""
-    views = deployed.views()
-    for view in views:
-        if name in (view.state.name, view.state.view_pipe):
-            return view
-    known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in views)) or "none deployed"
-    hint = f"Materialized pipes: {known}."
-    if deployed.table(name) is not None:
-        hint = f"`{name}` is a landing datasource, not a view. " + hint
-    raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
-                         hint + " Run `pipeframe deploy` after adding one.")
 
 
 def view_statuses(deployed: DeployedSnapshot, records: Mapping[str, ViewRecord], name: str | None,

@@ -1,9 +1,10 @@
 """The warm local engine (`pipeframe local start|stop|status`): a Spark Connect server with Delta Lake, started from
 pyspark's own jars (`bin/spark-submit --class ...SparkConnectServer`), running in the background for one project.
 
-Its pid, port and URL are kept in `.pipeframe/local.json`, its output in `.pipeframe/local.log`. While it is up,
-`session.get_session` connects every command of the project to it (sc://127.0.0.1:PORT) unless spark.remote or a
-non-local master is set explicitly; a pid file whose process is gone is removed on sight.
+Its pid, port and URL are kept in `.pipeframe/local.json` (read by `localstate.running`), its output in
+`.pipeframe/local.log`. While it is up, `session.get_session` connects every command of the project to it
+(sc://127.0.0.1:PORT) unless spark.remote or a non-local master is set explicitly; a pid file whose process is gone
+is removed on sight.
 """
 
 from __future__ import annotations
@@ -16,93 +17,32 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from pipeframe.config import STATE_DIR, ProjectConfig, SparkSettings
+from pipeframe.config import ProjectConfig, SparkSettings
+from pipeframe.engine.localstate import (
+    HOST,
+    SERVER_CLASS,
+    LocalServer,
+    log_path,
+    process_alive,
+    running,
+    state_path,
+)
+from pipeframe.engine.session import (
+    JARS_ENV,
+    ResolvedJars,
+    first_meaningful_line,
+    require_connect_packages,
+    require_java,
+    spark_settings,
+)
 from pipeframe.errors import PipeframeError
 
-STATE_FILE = "local.json"
-LOG_FILE = "local.log"
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-HOST = "127.0.0.1"
 START_TIMEOUT = 300.0  # the first start may resolve Delta's jars from Maven Central
 STOP_TIMEOUT = 30.0
 _HINT_STOP = "Stop it with `pipeframe local stop`, or use it as it is."
-
-
-@dataclass(frozen=True)
-class LocalServer:
-    """A running local engine, as its pid file records it."""
-
-    pid: int
-    port: int
-    started_at: float
-    log: str
-    warehouse: str = ""
-
-    @property
-    def url(self) -> str:
-        return f"sc://{HOST}:{self.port}"
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "url": self.url}
-
-
-def state_path(root: Path) -> Path:
-    return Path(root) / STATE_DIR / STATE_FILE
-
-
-def log_path(root: Path) -> Path:
-    return Path(root) / STATE_DIR / LOG_FILE
-
-
-def parse_state(text: str) -> LocalServer | None:
-    """The server a pid file describes, or None when the file is not one (garbage, a partial write)."""
-    try:
-        data = json.loads(text)
-        return LocalServer(int(data["pid"]), int(data["port"]), float(data["started_at"]), str(data["log"]),
-                           str(data.get("warehouse", "")))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process that is a Spark Connect server (a reused pid is not)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive, but not to be trusted as ours
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        try:
-            if SERVER_CLASS not in cmdline.read_bytes().decode(errors="replace"):
-                return False
-        except OSError:
-            return False
-        with contextlib.suppress(OSError):  # a zombie (exited, not yet reaped) is gone for our purposes
-            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-                return False
-    return True
-
-
-def running(root: Path, alive: Callable[[int], bool] = process_alive) -> LocalServer | None:
-    """The project's local engine if it is up; a pid file left by a dead one (or an unreadable one) is removed."""
-    path = state_path(root)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    server = parse_state(text)
-    if server is not None and alive(server.pid):
-        return server
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return None
 
 
 def port_free(port: int, host: str = HOST) -> bool:
@@ -132,8 +72,6 @@ def server_conf(config: ProjectConfig, port: int, environ: Mapping[str, str] | N
     """The launch conf of the project's local engine: the settings an embedded session of the project gets
     (`spark_settings`: Delta extension and catalog, local shuffle partitions, the project's spark.conf such as
     spark.driver.memory), plus the Connect server's address. Jars are added by `start`."""
-    from pipeframe.engine.session import spark_settings
-
     local = replace(config, spark=SparkSettings(master=config.spark.master, remote=None, conf=config.spark.conf))
     conf = spark_settings(local, environ)
     conf["spark.app.name"] = f"pipeframe-local:{config.name}"
@@ -161,8 +99,6 @@ def start(config: ProjectConfig, port: int | None = None, timeout: float = START
           environ: Mapping[str, str] | None = None) -> LocalServer:
     """Start the project's local engine in the background and wait until it answers; PF511 when one is already
     up or the port is taken, PF503 when it does not come up (with the line of its log that says why)."""
-    from pipeframe.engine.session import JARS_ENV, ResolvedJars, _require_connect_packages, _require_java
-
     environ = os.environ if environ is None else environ
     root = config.root
     current = running(root)
@@ -175,8 +111,8 @@ def start(config: ProjectConfig, port: int | None = None, timeout: float = START
         raise PipeframeError("PF511", f"Port {port} on {HOST} is already in use.",
                              "Choose another with `pipeframe local start --port N`, or leave --port out to use a "
                              "free one.")
-    _require_java()
-    _require_connect_packages()
+    require_java()
+    require_connect_packages()
     conf = server_conf(config, port, environ)
     packages = [p for p in conf.pop("spark.jars.packages", "").split(",") if p.strip()]
     resolved: ResolvedJars | None = None
@@ -245,8 +181,6 @@ def _remember_jars(server: LocalServer, resolved) -> None:
 
 
 def _why(log: Path, offset: int) -> str | None:
-    from pipeframe.engine.session import first_meaningful_line
-
     try:
         with open(log, "rb") as f:
             f.seek(offset)

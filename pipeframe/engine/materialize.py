@@ -19,13 +19,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipeframe.compiler.states import BATCH_RELATION
+from pipeframe.compiler.viewplan import BATCH_RELATION
 from pipeframe.engine import partials, tables
 from pipeframe.engine.conflicts import is_cancelled, is_conflict, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
-from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot, resolve_view
 from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import first_line, quote_path, quote_string
 
@@ -140,8 +140,6 @@ class Materializer:
 
     def resolve(self, name: str) -> DeployedResource:
         """A view by its target name or its pipe name."""
-        from pipeframe.engine.lifecycle import resolve_view
-
         return resolve_view(self.deployed, name)
 
     def table(self, name: str) -> DeployedResource:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.partials import Partials, partials
-from pipeframe.compiler.states import BATCH_RELATION
+from pipeframe.compiler.viewplan import BATCH_RELATION
 from pipeframe.engine import tables
 from pipeframe.engine.conflicts import local_folder, view_lock
 from pipeframe.plan import records

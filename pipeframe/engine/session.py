@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pipeframe.config import STATE_DIR, ProjectConfig
+from pipeframe.engine.localstate import running
 from pipeframe.errors import PipeframeError
 
 if TYPE_CHECKING:  # pyspark is imported lazily so that `pipeframe check` never pays for it
@@ -193,9 +194,9 @@ def get_session(config: ProjectConfig) -> SparkSession:
             return _live.session
         # Check what can be checked before stopping the current session, so a failure leaves it running.
         if config.spark.remote:
-            _require_connect_packages()
+            require_connect_packages()
         else:
-            _require_java()
+            require_java()
         _stop_locked()
         if config.spark.remote:
             session, applied, ignored = _start_connect(config.spark.remote, settings)
@@ -217,8 +218,6 @@ def with_local_engine(config: ProjectConfig) -> tuple[ProjectConfig, str | None]
     no local engine runs (a pid file left by a dead one is removed)."""
     if config.spark.remote or not _is_local(config.spark.master):
         return config, None
-    from pipeframe.engine.localserver import running
-
     server = running(config.root)
     if server is None:
         return config, None
@@ -284,13 +283,13 @@ def _is_alive(live: _Live) -> bool:
     return live.session.sparkContext._jsc is not None
 
 
-def _require_java() -> None:
+def require_java() -> None:
     problem = java_problem()
     if problem:
         raise PipeframeError("PF501", problem, _JAVA_HINT)
 
 
-def _require_connect_packages() -> None:
+def require_connect_packages() -> None:
     try:
         import pyspark.sql.connect.session  # noqa: F401  # checks grpcio, pandas, pyarrow ... on import
     except ImportError as exc:

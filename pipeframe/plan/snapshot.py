@@ -10,6 +10,7 @@ from datetime import datetime
 from functools import cached_property
 
 from pipeframe.compiler.graph import DAG, ResourceKey
+from pipeframe.errors import PipeframeError
 from pipeframe.plan.state import ResourceState, dag_of
 
 
@@ -97,3 +98,17 @@ class DeployedSnapshot(Mapping[ResourceKey, DeployedResource]):
         merged = dict(self.resources)
         merged.update({r.key: r for r in resources})
         return DeployedSnapshot.of(merged.values())
+
+
+def resolve_view(deployed: DeployedSnapshot, name: str) -> DeployedResource:
+    """A deployed view by its target name or its pipe name; PF701 when there is none."""
+    views = deployed.views()
+    for view in views:
+        if name in (view.state.name, view.state.view_pipe):
+            return view
+    known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in views)) or "none deployed"
+    hint = f"Materialized pipes: {known}."
+    if deployed.table(name) is not None:
+        hint = f"`{name}` is a landing datasource, not a view. " + hint
+    raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
+                         hint + " Run `pipeframe deploy` after adding one.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -276,12 +277,34 @@ class Snapshots:
         return table
 
 
+_DELTA_PRIMITIVES = {"byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT", "float": "FLOAT",
+                     "double": "DOUBLE", "boolean": "BOOLEAN", "date": "DATE", "string": "STRING", "binary": "BINARY",
+                     "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP_NTZ"}
+_DELTA_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def delta_spark_type(delta: str | dict[str, Any]) -> str:
+    """A column type of a Delta schema (the protocol's JSON: a primitive name, or an array/map/struct object) as the
+    Spark type pipeframe names it. Read from the log's schema as written, so no Arrow library is loaded for it."""
+    if isinstance(delta, str):
+        if delta in _DELTA_PRIMITIVES:
+            return _DELTA_PRIMITIVES[delta]
+        decimal = _DELTA_DECIMAL.fullmatch(delta)
+        if decimal:
+            return f"DECIMAL({decimal.group(1)}, {decimal.group(2)})"
+    elif delta.get("type") == "array":
+        return f"ARRAY<{delta_spark_type(delta['elementType'])}>"
+    elif delta.get("type") == "map":
+        return f"MAP<{delta_spark_type(delta['keyType'])}, {delta_spark_type(delta['valueType'])}>"
+    elif delta.get("type") == "struct":
+        return "STRUCT<" + ", ".join(f"`{f['name']}`: {delta_spark_type(f['type'])}" for f in delta["fields"]) + ">"
+    raise Unreadable(f"a column of Delta type {delta}, which the read path does not read")
+
+
 def _snapshot(table: DeltaTable, path: str) -> tuple[list[DataFile], tuple[tuple[str, str], ...], tuple[str, ...]]:
     """The data files of a delta-rs table's loaded version, its columns (name, Spark type) and partition columns;
     Unreadable for what reading the files alone would get wrong (deletion vectors, column mapping)."""
     from arro3.core import RecordBatchReader  # delta-rs' own Arrow library: pyarrow (and numpy) stay unloaded
-
-    from pipeframe.serving.types import delta_spark_type
 
     protocol = table.protocol()
     unknown = set(protocol.reader_features or ()) - READER_FEATURES

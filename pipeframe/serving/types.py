@@ -1,40 +1,13 @@
-"""Types between the read path's three vocabularies: Delta's (what a table's log declares), Spark (what
-pipeframe's tables are declared in and what an answer's `meta` names) and DuckDB (what its tables are made of)."""
+"""Types between the read path's vocabularies: Spark (what pipeframe's tables are declared in and what an answer's
+`meta` names) and DuckDB (what its tables are made of); Delta's own (a table log's schema) is read by `snapshots`."""
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
-from typing import Any
 
 from sqlglot import exp
 
 from pipeframe.serving.translate import DIALECT, DUCKDB
-
-_DELTA_PRIMITIVES = {"byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT", "float": "FLOAT",
-                     "double": "DOUBLE", "boolean": "BOOLEAN", "date": "DATE", "string": "STRING", "binary": "BINARY",
-                     "timestamp": "TIMESTAMP", "timestamp_ntz": "TIMESTAMP_NTZ"}
-_DELTA_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
-
-
-def delta_spark_type(delta: str | dict[str, Any]) -> str:
-    """A column type of a Delta schema (the protocol's JSON: a primitive name, or an array/map/struct object) as the
-    Spark type pipeframe names it. Read from the log's schema as written, so no Arrow library is loaded for it."""
-    if isinstance(delta, str):
-        if delta in _DELTA_PRIMITIVES:
-            return _DELTA_PRIMITIVES[delta]
-        decimal = _DELTA_DECIMAL.fullmatch(delta)
-        if decimal:
-            return f"DECIMAL({decimal.group(1)}, {decimal.group(2)})"
-    elif delta.get("type") == "array":
-        return f"ARRAY<{delta_spark_type(delta['elementType'])}>"
-    elif delta.get("type") == "map":
-        return f"MAP<{delta_spark_type(delta['keyType'])}, {delta_spark_type(delta['valueType'])}>"
-    elif delta.get("type") == "struct":
-        return "STRUCT<" + ", ".join(f"`{f['name']}`: {delta_spark_type(f['type'])}" for f in delta["fields"]) + ">"
-    from pipeframe.serving.snapshots import Unreadable
-
-    raise Unreadable(f"a column of Delta type {delta}, which the read path does not read")
 
 
 @lru_cache(maxsize=1024)

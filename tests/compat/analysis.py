@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeframe.compiler.compile import CompiledDatasource, CompiledProject
-from pipeframe.compiler.states import BATCH_RELATION
+from pipeframe.compiler.viewplan import BATCH_RELATION
 from pipeframe.sqltext import quote_identifier
 from tests.compat.report import ProjectReport, compile_corpus_project
 

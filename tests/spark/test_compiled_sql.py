@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import _parse_datatype_string
 
-from pipeframe.compiler.states import BATCH_RELATION
+from pipeframe.compiler.viewplan import BATCH_RELATION
 from pipeframe.project import Project
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeframe.engine import deltalog
-from pipeframe.engine.tables import Commit
+from pipeframe.engine.commits import Commit
 from pipeframe.plan import records
 
 BASE_MS = 1_700_000_000_000

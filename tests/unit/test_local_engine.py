@@ -18,16 +18,8 @@ from click.testing import CliRunner
 from pipeframe.cli import main
 from pipeframe.config import load_config
 from pipeframe.engine import localserver
-from pipeframe.engine.localserver import (
-    SERVER_CLASS,
-    LocalServer,
-    parse_state,
-    process_alive,
-    running,
-    server_conf,
-    spark_submit_command,
-    state_path,
-)
+from pipeframe.engine.localserver import server_conf, spark_submit_command
+from pipeframe.engine.localstate import SERVER_CLASS, LocalServer, parse_state, process_alive, running, state_path
 from pipeframe.engine.session import (
     DELTA_CATALOG,
     DELTA_EXTENSION,

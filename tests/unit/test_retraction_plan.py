@@ -9,8 +9,9 @@ from datetime import datetime
 import pytest
 
 from pipeframe.compiler.partials import partials
+from pipeframe.engine.commits import Commit
 from pipeframe.engine.materialize import _joined_monotonically
-from pipeframe.engine.tables import Commit, adds_rows, as_followed
+from pipeframe.engine.tables import adds_rows, as_followed
 from pipeframe.plan import records
 from pipeframe.plan.state import desired_state
 from pipeframe.project import Project

@@ -13,8 +13,7 @@ import pyarrow.parquet
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from pipeframe.serving.snapshots import Unreadable, _snapshot
-from pipeframe.serving.types import delta_spark_type
+from pipeframe.serving.snapshots import Unreadable, _snapshot, delta_spark_type
 
 # The Delta protocol's primitive types (PROTOCOL.md, "Primitive Types") and the Spark type each is read as.
 PRIMITIVES = [("byte", "TINYINT"), ("short", "SMALLINT"), ("integer", "INT"), ("long", "BIGINT"),

@@ -8,10 +8,10 @@ from datetime import datetime
 
 import pytest
 
+from pipeframe.engine.commits import Commit
 from pipeframe.engine.ingest import detect_format
 from pipeframe.engine.lifecycle import effective_status
 from pipeframe.engine.materialize import BackfillProgress
-from pipeframe.engine.tables import Commit
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
