@@ -189,9 +189,9 @@ class Endpoints:
                                          f"{refused.reason}.", "Run it with --engine auto (or spark).") from None
                 reason = refused.reason
             else:
-                return _result(name, answer, time.perf_counter() - start, None, self._json_rows(answer))
+                return answer_result(name, answer, time.perf_counter() - start, None, self._json_rows(answer))
         answer = query.collect(query.plan(self._session(), sql, pipe), pipe)
-        return _result(name, answer, time.perf_counter() - start, reason)
+        return answer_result(name, answer, time.perf_counter() - start, reason)
 
     def _json_rows(self, answer: Answer) -> list[dict[str, Any]]:
         """The answer's rows as JSON-ready dicts, made once per answer the read path keeps (and hands out again)."""
@@ -259,8 +259,10 @@ def _values(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in RESERVED_PARAMS}
 
 
-def _result(name: str, answer: query.Answer | Answer, elapsed: float, reason: str | None,
-            data: list[dict[str, Any]] | None = None) -> EndpointResult:
+def answer_result(name: str, answer: query.Answer | Answer, elapsed: float, reason: str | None,
+                  data: list[dict[str, Any]] | None = None) -> EndpointResult:
+    """The result of the endpoint or query `name` from an engine's answer (its rows as JSON values unless `data`
+    gives them), with the time it took and why Spark answered instead of DuckDB (`reason`)."""
     return EndpointResult(name, answer.meta, _rows(answer) if data is None else data, elapsed, answer.rows_read,
                           answer.bytes_read, answer.engine, reason)
 

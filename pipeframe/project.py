@@ -676,7 +676,7 @@ class Project:
         import time
 
         from pipeframe.compiler.compile import compile_query
-        from pipeframe.endpoints import ReadPathRefused, _result, read_answer
+        from pipeframe.endpoints import ReadPathRefused, answer_result, read_answer
 
         started = time.perf_counter()
         compiled = compile_query(sql)  # a syntax error is a PF303, whichever engine answers
@@ -685,7 +685,7 @@ class Project:
             bounded = f"SELECT * FROM ({compiled}) AS `__pf_query` LIMIT {int(limit)}"
             try:
                 answer = read_answer(self.reader, bounded, None, self.readable_names(self.reader.deployed().snapshot))
-                return _result("query", answer, time.perf_counter() - started, None)
+                return answer_result("query", answer, time.perf_counter() - started, None)
             except ReadPathRefused as refused:
                 if self.engine == "duckdb":
                     raise PipeframeError("PF809", f"The read path cannot answer this query as Spark would: "
@@ -694,7 +694,7 @@ class Project:
         from pipeframe.engine.query import collect_query
 
         answer = collect_query(self.query(sql).limit(limit), self.readable_names())
-        return _result("query", answer, time.perf_counter() - started, reason)
+        return answer_result("query", answer, time.perf_counter() - started, reason)
 
     def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
         """The names ad-hoc SQL can read: every deployed table (datasources and views)."""

@@ -13,11 +13,19 @@ the file's package; `from pipeframe import cli` counts as importing `pipeframe.c
 and its submodules (`pipeframe.cli` matches `pipeframe.cli.common`, not `pipeframe.client`).
 
 Besides imports, only `engine/` may use pyspark's JVM handles (`frame._jdf`, `spark._jvm`, ...).
+
+No import cycles (`test_no_import_cycles`): the modules of the package, each an arrow to every pipeframe module it
+imports, counted as above (module level, lazy and TYPE_CHECKING alike: a cycle hidden inside a function or a type
+hint is still two modules that cannot be understood one without the other), form no cycle. For the graph an import
+names the module it loads: `from a import b` is `a.b` when that is a module, else `a`; a module's own parent
+package, loaded by Python before it, is not an arrow unless it imports a name from it. Nor does a module import a
+private (`_name`) name of another module (`test_no_private_names_across_modules`).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,3 +172,146 @@ def test_relative_imports_are_resolved(tmp_path: Path) -> None:
     (package / "datafiles" / "__init__.py").write_text("from ..compiler.graph import DAG\n")
     assert violations(RULES[0], package) == ["pipeframe/datafiles/__init__.py:1 imports pipeframe.compiler.graph",
                                              "pipeframe/datafiles/parser.py:1 imports pipeframe.compiler"]
+
+
+def _module(path: Path, package: Path) -> str:
+    """The dotted name of the module in file `path` (a package by its `__init__.py`)."""
+    parts = ("pipeframe", *path.relative_to(package).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(path: Path, package: Path, modules: set[str]) -> Iterator[tuple[ast.ImportFrom | ast.Import, str, str]]:
+    """(statement, module, name) for every name the file imports from a module of the package: `from a import b`
+    gives (a.b, "") when a.b is a module, else (a, "b"); `import a.b` gives (a.b, "")."""
+    here = ("pipeframe", *path.relative_to(package).parent.parts)
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node, alias.name, "") for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[: len(here) - node.level + 1] + ((node.module,) if node.module else ())) \
+                if node.level else node.module or ""
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    yield node, f"{base}.{alias.name}", ""
+                elif base in modules:
+                    yield node, base, alias.name
+
+
+def import_graph(package: Path) -> dict[str, dict[str, str]]:
+    """module → {module it imports: `file:line` of the first such import} over every module of the package."""
+    files = {_module(p, package): p for p in sorted(package.rglob("*.py"))}
+    graph: dict[str, dict[str, str]] = {m: {} for m in files}
+    for module, path in files.items():
+        for node, target, _ in sorted(_imported(path, package, set(files)), key=lambda t: t[0].lineno):
+            if target != module:
+                graph[module].setdefault(target, f"pipeframe/{path.relative_to(package).as_posix()}:{node.lineno}")
+    return graph
+
+
+def import_cycles(package: Path) -> list[str]:
+    """Every set of modules that import each other, directly or round a ring (a strongly connected component of
+    the import graph, Tarjan's algorithm), as its modules and the imports that close it."""
+    graph = import_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                members = sorted(component)
+                closing = [f"{where} imports {t}" for m in members for t, where in graph[m].items() if t in members]
+                cycles.append(" ↔ ".join(members) + ":\n    " + "\n    ".join(closing))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles(PACKAGE)
+    assert not cycles, "modules importing each other (move what they share down into its own module):\n  " + \
+        "\n  ".join(cycles)
+
+
+# One import that would close a cycle: the dialect is below the SQL parser, which imports it.
+CYCLE_BREAKING = (("compiler/dialect.py", "from pipeframe.compiler.sql import parse_select"),
+                  ("compiler/sql.py", "from pipeframe.compiler.dialect import DIALECT"))
+
+
+@pytest.mark.parametrize("where", ["module", "lazy", "type_checking"])
+def test_an_import_cycle_is_reported(where: str, tmp_path: Path) -> None:
+    """The breaking import closes a cycle wherever it sits (module level, in a function, under TYPE_CHECKING) and the
+    report names both modules and the imports; without it the tree has no cycle."""
+    (back_file, back), (file, line) = CYCLE_BREAKING
+    package = tmp_path / "pipeframe"
+    (package / "compiler").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "compiler" / "__init__.py").write_text("")
+    (package / file).write_text(f"{line}\n\n\ndef parse_select():\n    pass\n")
+    (package / back_file).write_text("DIALECT = 'spark'\n")
+    assert import_cycles(package) == []
+    wrapped = {"module": f"{back}\n", "lazy": f"def f():\n    {back}\n",
+               "type_checking": f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {back}\n"}[where]
+    (package / back_file).write_text("DIALECT = 'spark'\n" + wrapped)
+    at = {"module": 2, "lazy": 3, "type_checking": 4}[where]
+    assert import_cycles(package) == [
+        ("pipeframe.compiler.dialect ↔ pipeframe.compiler.sql:\n"
+        f"    pipeframe/compiler/dialect.py:{at} imports pipeframe.compiler.sql\n"
+        "    pipeframe/compiler/sql.py:1 imports pipeframe.compiler.dialect")]
+
+
+def test_a_ring_of_three_and_a_package_are_read_as_python_loads_them(tmp_path: Path) -> None:
+    """A cycle round three modules is one report naming all three; `from pipeframe.server import auth` in a module
+    of the package it names loads the submodule `auth` (no cycle with the package's `__init__`), while importing a
+    name the `__init__` defines does close one."""
+    package = tmp_path / "pipeframe"
+    (package / "server").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pipeframe import b\n")
+    (package / "b.py").write_text("from pipeframe.c import x\n")
+    (package / "c.py").write_text("import pipeframe.a\nx = 1\n")
+    (package / "server" / "__init__.py").write_text("from pipeframe.server.routes import add\nService = 1\n")
+    (package / "server" / "auth.py").write_text("")
+    (package / "server" / "routes.py").write_text("from pipeframe.server import auth\n\n\ndef add():\n    pass\n")
+    assert [c.split(":")[0] for c in import_cycles(package)] == ["pipeframe.a ↔ pipeframe.b ↔ pipeframe.c"]
+    (package / "server" / "routes.py").write_text("from pipeframe.server import Service, auth\n")
+    assert [c.split(":")[0] for c in import_cycles(package)] == [
+        "pipeframe.a ↔ pipeframe.b ↔ pipeframe.c", "pipeframe.server ↔ pipeframe.server.routes"]
+
+
+def private_imports(package: Path) -> list[str]:
+    """`file:line imports module._name` for every private name a module imports from another module."""
+    files = {_module(p, package): p for p in sorted(package.rglob("*.py"))}
+    found = []
+    for module, path in files.items():
+        found += [f"pipeframe/{path.relative_to(package).as_posix()}:{node.lineno} imports {target}.{name}"
+                  for node, target, name in _imported(path, package, set(files))
+                  if target != module and (name or target.rpartition(".")[2]).startswith("_")
+                  and not (name or target).endswith("__")]
+    return sorted(found)
+
+
+def test_no_private_names_across_modules(tmp_path: Path) -> None:
+    """A module's `_names` are its own: another module that needs one gets a public name (or the code moves)."""
+    assert private_imports(PACKAGE) == []
+    package = tmp_path / "pipeframe"
+    package.mkdir()
+    (package / "endpoints.py").write_text("def _result():\n    pass\n")
+    (package / "project.py").write_text("from pipeframe.endpoints import _result\n\n\n"
+                                        "def read():\n    from pipeframe.endpoints import _result\n")
+    assert private_imports(package) == ["pipeframe/project.py:1 imports pipeframe.endpoints._result",
+                                        "pipeframe/project.py:5 imports pipeframe.endpoints._result"]
