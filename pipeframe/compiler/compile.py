@@ -482,37 +482,23 @@ class Compiler:
             return None
         return (self.memo.source_key(resource.path) if self.memo else None) or fingerprint(resource)
 
-    def _check_follow_ttl(self, view: CompiledView, nodes: list[Node]) -> None:
-        """PF418 when a view says FOLLOW_TTL true and no table it follows has an ENGINE_TTL, or its target says
-        BACKFILL skip. Checked on every run: the view's cache key holds the columns of the tables it reads, not
-        their TTL."""
-        node = next((n for n in nodes if n.follow_ttl), None)
-        if node is None:
-            return
-        followed = [n for n in (view.trigger, *view.joined) if n]
-        target = self.datasource_defs.get(view.target)
-        if not any((d := self.datasource_defs.get(n)) is not None and d.ttl for n in followed):
-            names = ", ".join(f"`{n}`" for n in followed) or "no table it reads"
-            self.sink.warning("PF418", f"FOLLOW_TTL true does nothing here: no ENGINE_TTL on {names}.",
-                              "Add ENGINE_TTL to the datasource whose expired rows the view must forget, or remove "
-                              "FOLLOW_TTL.", node.where("FOLLOW_TTL"))
-        elif target is not None and target.backfill == "skip":
-            self.sink.warning("PF418", f"FOLLOW_TTL true with BACKFILL skip on `{view.target}`: the TTL expires the "
-                              "oldest rows first, which this view never counted, and taking them out would take them "
-                              "from the rows it did count.", f"Fill its history first (`pipeframe populate "
-                              f"{view.target}`), or remove BACKFILL skip or FOLLOW_TTL.", node.where("FOLLOW_TTL"))
-
     def _upstream_key(self, name: str, depth: int = 0) -> list:
-        """What a pipe's view plan reads through the pipes it reads: their definitions and their tables' columns."""
+        """What a pipe's view plan reads through the pipes it reads: their definitions and their tables' columns (and
+        TTL)."""
         if depth > 8:
             return []
         key = []
         for other in sorted(self.reads.get(name, [])):
             if other in self.pipe_defs and other not in self.datasource_defs:
                 key.append((other, self._source(self.pipe_defs[other]),
-                            [(n, self._columns_key(n)) for n in sorted(self.reads.get(other, []))],
+                            [(n, self._columns_key(n), self._ttl(n)) for n in sorted(self.reads.get(other, []))],
                             self._upstream_key(other, depth + 1)))
         return key
+
+    def _ttl(self, name: str) -> str | None:
+        """The ENGINE_TTL of the datasource `name` (FOLLOW_TTL's warning, PF418, reads it)."""
+        declared = self.datasource_defs.get(name)
+        return declared.ttl if declared is not None else None
 
     def _columns_key(self, name: str) -> str | None:
         compiled = self.datasources.get(name)
@@ -649,13 +635,13 @@ class Compiler:
         if output.type == "materialized":
             target = output.datasource
             declared = self.datasource_defs.get(target or "")
-            # Everything the verdict and plan read: the pipe, the vars, its parameters, the columns of every table
-            # it names and the declared target. A changed upstream schema changes the key.
+            # Everything the verdict and plan read: the pipe, the vars, its parameters, the columns (and TTL) of
+            # every table it names and the declared target. A changed upstream schema changes the key.
             inputs = (self._source(pipe), self.variables, parameters, self._source(declared),
-                      [(name, self._columns_key(name)) for name in sorted({n for s in scans for n, _ in s.tables})],
+                      [(name, self._columns_key(name), self._ttl(name))
+                       for name in sorted({n for s in scans for n, _ in s.tables})],
                       self._upstream_key(pipe.name))
             view, written = self._memo("view", pipe.name, inputs, lambda: self._compile_view(pipe, nodes, parameters))
-            self._check_follow_ttl(view, nodes)
             if written is not None:  # a kept view carries an equal copy of the declared target: use this run's
                 definition = spark_keys(declared) if declared is not None else None
                 self.datasources[target] = written if written.definition is definition else \
@@ -761,7 +747,7 @@ class Compiler:
                       ) -> tuple[CompiledView, CompiledDatasource | None]:
         """The verdict and plan of a materialized pipe, and its target as the plan writes it (None if rejected)."""
         from pipeframe.compiler.incremental import ViewContext, check_view, fold_projection
-        from pipeframe.compiler.sql import locate, table_names
+        from pipeframe.compiler.sql import table_names
         from pipeframe.compiler.states import plan_view
 
         node_trees = [self._node_tree(pipe, node) for node in nodes]
@@ -781,17 +767,19 @@ class Compiler:
         trigger = tables[0][0] if tables else None
         upstream = self.datasources.get(trigger) if trigger else None
         upstream_states = {c.name: _state(c) for c in upstream.columns if c.state} if upstream else {}
+        dims = tuple(dict.fromkeys(d for nt in node_trees for d in nt.node.dimensions))
+        joinable = tuple(dict.fromkeys(name for name, _, _ in tables if name != trigger and name not in dims
+                                       and name in self.datasources))
+        declared = self.datasource_defs.get(target)
         ctx = ViewContext(pipe, node_trees, target, trigger, [t for t in tables if t[0] != trigger],
                           {k: v for k, v in upstream_states.items() if v is not None}, trigger,
-                          versions=tuple(self.versions.items()))
+                          versions=tuple(self.versions.items()),
+                          trigger_pipe=(tables[0][1], tables[0][2]) if trigger is not None and self._ref(
+                              trigger, self.targets).kind == "pipe" and trigger in self.pipe_defs else None,
+                          joinable=joinable,
+                          ttl_tables=frozenset(n for n, _, _ in tables if self._ttl(n)),
+                          target_backfill_skip=declared is not None and declared.backfill == "skip")
         problems = check_view(ctx)
-        if trigger is not None and self._ref(trigger, self.targets).kind == "pipe" and trigger in self.pipe_defs:
-            where = locate(tables[0][2], tables[0][1].sql, tables[0][1].base)
-            problems.append(Diagnostic(
-                "PF416", f"The materialized pipe reads pipe `{trigger}`, which cannot run on each block of new "
-                "rows (only an endpoint pipe that needs no request parameter can).", f"Copy the nodes of "
-                f"`{trigger}` into this pipe so that it reads the datasource, or materialize from the datasource "
-                "directly.", where))
         self.sink.extend(problems)
         rejected = any(p.is_error for p in problems)
         plan = None
@@ -808,9 +796,7 @@ class Compiler:
         written = self._materialize_target(pipe, target, plan) if plan is not None else None
         status = "rejected" if rejected or plan is None else ("rewritten" if plan.rewrites else "accepted")
         verdict = Verdict(status, plan.rewrites if plan else (), tuple(problems))  # type: ignore[arg-type]
-        dims = tuple(dict.fromkeys(d for nt in node_trees for d in nt.node.dimensions))
-        joined = tuple(dict.fromkeys(name for name, _, _ in tables if name != trigger and name not in dims
-                                     and name in self.datasources)) if plan is not None and plan.aggregated else ()
+        joined = joinable if plan is not None and plan.aggregated else ()
         follow_ttl = any(node.follow_ttl for node in nodes)  # its own nodes, not an inlined pipe's
         return CompiledView(pipe.name, target, trigger, dims, verdict, plan, joined, follow_ttl), written
 

@@ -48,6 +48,13 @@ class ViewContext:
     problems: list[Diagnostic] = field(default_factory=list)
     walked: list[tuple[NodeTree, exp.Expression]] | None = None
     versions: tuple[tuple[str, str], ...] = ()  # `x` → `x__v3`: how its nodes read VERSION-named resources
+    # What the project says of the tables it reads (the compiler knows the project): where it first reads its
+    # trigger when that is a pipe, the datasources it joins that are not declared dimensions, those with an
+    # ENGINE_TTL, and whether its target says BACKFILL skip.
+    trigger_pipe: tuple[NodeTree, exp.Table] | None = None
+    joinable: tuple[str, ...] = ()
+    ttl_tables: frozenset[str] = frozenset()
+    target_backfill_skip: bool = False
 
     @property
     def output(self) -> NodeTree:
@@ -58,9 +65,17 @@ class ViewContext:
         tree = self.output.tree
         return tree if isinstance(tree, exp.Select) else None
 
+    @property
+    def aggregated(self) -> bool:
+        """Whether the output keeps states per group (GROUP BY, aggregates, or DISTINCT read as a GROUP BY)."""
+        select = self.output_select
+        return select is not None and bool(aggregates_in(select) or select.args.get("group") is not None
+                                           or select.args.get("distinct"))
+
     def report(self, code: str, message: str, hint: str, where: NodeTree, node: exp.Expression | None = None,
-               keyword: str | None = None, severity: Severity = "error") -> None:
-        location = locate(node, where.sql, where.base, keyword) if node is not None else where.node.location
+               keyword: str | None = None, severity: Severity = "error", location: Location | None = None) -> None:
+        if location is None:
+            location = locate(node, where.sql, where.base, keyword) if node is not None else where.node.location
         self.problems.append(Diagnostic(code, message, hint, location, severity))
 
 
@@ -287,9 +302,7 @@ def self_join(ctx: ViewContext) -> None:
 def join_triggers(ctx: ViewContext) -> None:
     """A view with GROUP BY follows every table it joins that is not a declared dimension (their changes recompute
     the groups they touch); one without GROUP BY follows its first table only, and says so."""
-    select = ctx.output_select
-    if select is not None and (aggregates_in(select) or select.args.get("group") is not None
-                               or select.args.get("distinct")):
+    if ctx.aggregated:
         return
     declared = set(ctx.output.node.dimensions) | {d for nt in ctx.nodes for d in nt.node.dimensions}
     warned: set[str] = set()
@@ -340,6 +353,38 @@ def cascade_states(ctx: ViewContext) -> None:
                            f"Sum the upstream count column instead, e.g. sum(<count column of {upstream}>).",
                            out, agg)
                 return
+
+
+def reads_pipe(ctx: ViewContext) -> None:
+    """A view triggered by a pipe runs that pipe on each block of new rows: only an endpoint pipe that needs no
+    request parameter can (its nodes are inlined and the view is triggered by its datasource)."""
+    if ctx.trigger_pipe is not None:
+        nt, table = ctx.trigger_pipe
+        ctx.report("PF416", f"The materialized pipe reads pipe `{ctx.trigger}`, which cannot run on each block of new "
+                   "rows (only an endpoint pipe that needs no request parameter can).", f"Copy the nodes of "
+                   f"`{ctx.trigger}` into this pipe so that it reads the datasource, or materialize from the "
+                   "datasource directly.", nt, table)
+
+
+def follow_ttl(ctx: ViewContext) -> None:
+    """FOLLOW_TTL true retracts the rows an ENGINE_TTL deletes from the tables the view follows (its trigger, and
+    the tables an aggregating view joins): a warning when none has one, or when the target skipped its backfill
+    (the TTL would retract rows the view never counted)."""
+    own = ctx.pipe.nodes[: ctx.pipe.nodes.index(ctx.output.node) + 1] if ctx.output.node in ctx.pipe.nodes else []
+    node = next((n for n in own if n.follow_ttl), None)
+    if node is None:
+        return
+    followed = [n for n in (ctx.trigger, *(ctx.joinable if ctx.aggregated else ())) if n]
+    if not any(n in ctx.ttl_tables for n in followed):
+        names = ", ".join(f"`{n}`" for n in followed) or "no table it reads"
+        ctx.report("PF418", f"FOLLOW_TTL true does nothing here: no ENGINE_TTL on {names}.",
+                   "Add ENGINE_TTL to the datasource whose expired rows the view must forget, or remove FOLLOW_TTL.",
+                   ctx.output, severity="warning", location=node.where("FOLLOW_TTL"))
+    elif ctx.target_backfill_skip:
+        ctx.report("PF418", f"FOLLOW_TTL true with BACKFILL skip on `{ctx.target}`: the TTL expires the oldest rows "
+                   "first, which this view never counted, and taking them out would take them from the rows it did "
+                   "count.", f"Fill its history first (`pipeframe populate {ctx.target}`), or remove BACKFILL skip or "
+                   "FOLLOW_TTL.", ctx.output, severity="warning", location=node.where("FOLLOW_TTL"))
 
 
 def fold_projection(trees: list[NodeTree]) -> tuple[list[NodeTree], str | None]:
@@ -396,6 +441,7 @@ def fold_projection(trees: list[NodeTree]) -> tuple[list[NodeTree], str | None]:
 RULES: tuple[Callable[[ViewContext], None], ...] = (
     window_functions, order_by, limit_offset, having, distinct, non_deterministic, nested_aggregates,
     mergeable_aggregates, reads_own_target, final_reads, outer_joins, self_join, cascade_states, join_triggers,
+    reads_pipe, follow_ttl,
 )
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import tables
+from pipeframe.engine.commits import Commit
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.plan import records
 from pipeframe.plan.diff import drop_views
@@ -145,7 +146,7 @@ def _rate(spark: SparkSession | None, path: str) -> float:
     return sum(c.metadata.rows or 0 for c in recent if isinstance(c.metadata, records.ViewCommit)) / RATE_SECONDS
 
 
-def _path(commit: tables.Commit | None) -> str | None:
+def _path(commit: Commit | None) -> str | None:
     """The write strategy a view's commit took (None when it does not say)."""
     return commit.metadata.path if commit is not None and isinstance(commit.metadata, records.ViewCommit) else None
 

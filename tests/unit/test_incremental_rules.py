@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from pipeframe.project import Project
-from tests.conftest import SALES
+from tests.conftest import PRODUCTS, SALES
 
 
 def mv(sql: str, extra: str = "") -> str:
@@ -132,6 +132,19 @@ def test_follow_ttl_warns_when_no_table_the_view_follows_has_a_ttl(make_project)
     warnings = [d for d in report.warnings if d.code == "PF418"]
     assert report.ok and len(warnings) == 1 and "BACKFILL skip on `target`" in warnings[0].message
     assert "pipeframe populate target" in warnings[0].hint
+
+
+def test_follow_ttl_follows_the_ttl_of_a_joined_table_only_where_the_view_follows_that_table(make_project):
+    """An aggregating view follows the tables it joins: an ENGINE_TTL on the joined `products` is enough. A view
+    without GROUP BY follows its first table only, so the same TTL leaves it with nothing to follow."""
+    ttl = {"datasources/products.datasource": PRODUCTS + "ENGINE_TTL toDateTime('2030-01-01') + INTERVAL 1 DAY\n"}
+    grouped = "SELECT p.category, count(*) AS n\nFROM sales s\nJOIN products p ON s.product = p.product\nGROUP BY 1"
+    report = Project(make_project({"pipes/view.pipe": mv(grouped, "FOLLOW_TTL true\n"), **ttl})).check()
+    assert report.ok and not [d for d in report.diagnostics if d.code == "PF418"]
+    plain = "SELECT s.product, p.category\nFROM sales s\nJOIN products p ON s.product = p.product"
+    report = Project(make_project({"pipes/view.pipe": mv(plain, "FOLLOW_TTL true\n"), **ttl})).check()
+    assert [d.message for d in report.warnings if d.code == "PF418"] == [
+        "FOLLOW_TTL true does nothing here: no ENGINE_TTL on `sales`."]
 
 
 def test_order_by_warns_and_is_dropped_from_the_views_query(make_project):
