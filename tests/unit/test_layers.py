@@ -25,6 +25,7 @@ private (`_name`) name of another module (`test_no_private_names_across_modules`
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,12 @@ RULES = (
 )
 
 
+@functools.cache
+def _parsed(text: str, filename: str) -> ast.Module:
+    """A file's tree, parsed once per content for all the rules (they only read it)."""
+    return ast.parse(text, filename)
+
+
 def _under(relative: str, prefixes: tuple[str, ...]) -> bool:
     """Whether the file is one of `prefixes`: a file (`sqltext.py`), a folder (`cli/`) or the whole package ("")."""
     return any(relative == p or (p.endswith("/") or not p) and relative.startswith(p) for p in prefixes)
@@ -88,7 +95,7 @@ def imports_of(path: Path, package: Path) -> list[tuple[int, str]]:
     # the package a relative import starts from: the folder of the file (`__init__.py` included)
     here = ("pipeframe", *path.relative_to(package).parent.parts)
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_parsed(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -152,7 +159,7 @@ def jvm_reaches(package: Path) -> list[str]:
         if relative.startswith("engine/"):
             continue
         found += [f"pipeframe/{relative}:{node.lineno} .{node.attr}"
-                  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+                  for node in ast.walk(_parsed(path.read_text(encoding="utf-8"), str(path)))
                   if isinstance(node, ast.Attribute) and node.attr in JVM_HANDLES]
     return found
 
@@ -184,7 +191,7 @@ def _imported(path: Path, package: Path, modules: set[str]) -> Iterator[tuple[as
     """(statement, module, name) for every name the file imports from a module of the package: `from a import b`
     gives (a.b, "") when a.b is a module, else (a, "b"); `import a.b` gives (a.b, "")."""
     here = ("pipeframe", *path.relative_to(package).parent.parts)
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_parsed(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             yield from ((node, alias.name, "") for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.ImportFrom):
