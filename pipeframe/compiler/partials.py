@@ -13,28 +13,15 @@ state here is a sum of per-row terms, which is also why partial rows can be nega
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
 
+from pipeframe.compiler.maintenance import SIGN, Partials
 from pipeframe.compiler.sql import DIALECT, to_sql
 from pipeframe.compiler.viewplan import BATCH_RELATION
 
 PREFIX = "__pf_p"  # partial state columns: __pf_p0, __pf_p1, ... (by the projection's position)
-SIGN = "__pf_sign"  # on a changed table's rows: 1 added, -1 removed
-
-
-@dataclass(frozen=True)
-class Partials:
-    keys: tuple[str, ...]  # the source columns the partial rows are grouped by
-    sql: str  # over source rows (`__pf_batch`): one row per key, each aggregate as its state
-    negate_sql: str  # over partial rows `{table}`: rows that take them back out when combined
-    compact_sql: str  # over partial rows `{table}`: one row per key
-    # Per table joined once: the view's state SQL over partial rows (read as `__pf_batch`) and that table's changed
-    # rows with a column `__pf_sign` (1 added, -1 removed), each state merged from the partial states instead of
-    # computed, per group and sign, and negated for the removed rows: one join for a whole change.
-    signed_sql: tuple[tuple[str, str], ...]
 
 
 def partials(state_sql: str, compact_sql: str, negate_sql: str, source_columns: Iterable[str],

@@ -8,7 +8,6 @@ import itertools
 import logging
 import math
 import os
-import re
 import socket
 import threading
 import time
@@ -19,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipeframe.compiler.viewplan import BATCH_RELATION
+from pipeframe.compiler.maintenance import MaintenancePlan, fill
 from pipeframe.engine import partials, tables
 from pipeframe.engine.conflicts import is_cancelled, is_conflict, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
@@ -41,7 +40,6 @@ ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "dec
 
 StepHook = Callable[[str], None]
 log = logging.getLogger("pipeframe.materialize")
-_BATCH_NAME = re.compile(rf"\b{BATCH_RELATION}\b")  # where a view's state query reads its block of new rows
 
 
 class WatermarkMissing(Exception):
@@ -228,6 +226,7 @@ class Materializer:
         """Process the source commits after the view's watermark, writing states and the new watermark in one
         Delta commit. Rewrites made in place to the source make the view stale instead."""
         state = view.state
+        maintained(view)  # refused before anything is read
         source = self._source_of(view)
         watermark = tables.read_watermark(self.spark, view.path or "")
         if watermark.source_version is None:
@@ -357,7 +356,7 @@ class Materializer:
                 continue
             self._register_lookups(state)
             pins = self._pinned(view, recorded)
-            monotonic = _joined_monotonically(state.state_sql or "", name)
+            monotonic = name in maintained(view).monotonic
             negate = monotonic and start >= 0 and state.negate_sql and not self._children(view)
             path = "join-negate" if negate else "join"
             recorded[name] = latest
@@ -398,7 +397,7 @@ class Materializer:
                                                     tables.adds_rows(commits)), state, view.path or "", **commit)
         now = self._states(view, rows, {**pins, name: tables.read_snapshot(self.spark, table.state, table.path or "",
                                                                            commits[-1].version)})
-        if _joined_monotonically(state.state_sql or "", name):  # the groups of the changed rows' join rows
+        if name in maintained(view).monotonic:  # the groups of the changed rows' join rows
             touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
         else:  # an outer join, or a subquery over the table: the groups whose states differ
             before = tables.read_snapshot(self.spark, table.state, table.path or "", start) if start >= 0 \
@@ -416,7 +415,7 @@ class Materializer:
         `version` (engine/partials.py); None when the view cannot use them. A query Spark refuses over them (a
         shape the derivation let through by mistake) is logged and the view joins its source instead."""
         name = table.state.name
-        derived = partials.derive(view, self.deployed)
+        derived = partials.derive(view, self.deployed, maintained(view))
         signed = dict(derived.signed_sql).get(name) if derived else None
         if derived is None or signed is None:
             return None
@@ -454,14 +453,12 @@ class Materializer:
 
     def _states(self, view: DeployedResource, rows: DataFrame, pins: dict[str, DataFrame] | None = None,
                 sql: str | None = None) -> DataFrame:
-        """The view's query (or `sql`, another query over its `__pf_batch`) over `rows` of its source (and `pins`:
-        joined tables as given frames, instead of by name): the state rows (or plain rows) they make."""
-        relation = self._register(rows, f"{BATCH_RELATION}_{view.state.name}")
-        sql = _BATCH_NAME.sub(relation, view.state.state_sql or "" if sql is None else sql)
-        if pins:
-            sql = _renamed(sql, {name: self._register(frame, f"__pf_joined_{view.state.name}_{name}")
-                                 for name, frame in pins.items()})
-        return self.spark.sql(sql)
+        """The view's query (or `sql`, another query of its plan over `{table}`) over `rows` of its source (and
+        `pins`: joined tables as given frames, instead of by name): the state rows (or plain rows) they make."""
+        relation = self._register(rows, f"__pf_batch_{view.state.name}")
+        named = {name: self._register(frame, f"__pf_joined_{view.state.name}_{name}")
+                 for name, frame in (pins or {}).items()}
+        return self.spark.sql(fill(maintained(view).state_sql if sql is None else sql, relation, named))
 
     def _signed(self, view: DeployedResource, added: DataFrame, removed: DataFrame, added_pins: dict[str, DataFrame],
                 removed_pins: dict[str, DataFrame], adds: bool) -> DataFrame:
@@ -476,7 +473,7 @@ class Materializer:
         return self.spark.sql((view.state.negate_sql or "").replace("{table}", relation))
 
     def _query(self, view: DeployedResource) -> Callable[[str, DataFrame], DataFrame]:
-        """Runs SQL that reads `__pf_batch` over given rows (registered for this refresh)."""
+        """Runs SQL of the view's plan over given rows (its `{table}`, registered for this refresh)."""
         return lambda sql, rows: self._states(view, rows, sql=sql)
 
     def _drop_temp_views(self) -> None:
@@ -554,6 +551,7 @@ class Materializer:
         """Build the view again beside the live version from its source as of a pinned version, catch up on
         what arrived meanwhile, then swap it in. Its downstream views are rebuilt after it (returned too)."""
         view = self.resolve(name)
+        maintained(view)  # refused before a table is made
         holder = f"rebuild-{view.state.name}-{uuid.uuid4().hex[:8]}"
         self.warehouse.acquire_lock(holder)
         try:
@@ -591,6 +589,7 @@ class Materializer:
         a view deployed with BACKFILL skip has not seen. An interrupted run of either kind resumes."""
         self.warehouse.require_safe_writers()
         view = self.resolve(name)
+        maintained(view)
         record = self.warehouse.view_record(view.state.name)
         if record.backfill:
             if record.backfill.get("mode") == "rebuilding":
@@ -824,37 +823,15 @@ def _semi(rows: DataFrame, keys: tuple[str, ...], wanted: DataFrame) -> DataFram
     return rows.join(right, condition, "left_semi")
 
 
-def _renamed(sql: str, renames: dict[str, str]) -> str:
-    """A view's SQL reading other relations in place of some tables (their aliases kept)."""
-    import sqlglot
-
-    from pipeframe.compiler.sql import DIALECT, rename_tables, to_sql
-
-    return to_sql(rename_tables(sqlglot.parse_one(sql, read=DIALECT), renames))
-
-
-def _joined_monotonically(sql: str, table: str) -> bool:
-    """True when `table` is read in `sql` only as a FROM table or an inner (or cross) join, outside any subquery:
-    then every output row that a change to it alters joins a changed row, and the groups those rows fall in are
-    all the groups the change touches. An outer join also changes rows that stop or start matching."""
-    import sqlglot
-    from sqlglot import exp
-
-    from pipeframe.compiler.sql import DIALECT
-
-    for node in sqlglot.parse_one(sql, read=DIALECT).find_all(exp.Table):
-        if node.name != table:
-            continue
-        parent = node.parent
-        if node.find_ancestor(exp.Subquery, exp.CTE) is not None:
-            return False
-        if not isinstance(parent, exp.Join | exp.From):
-            return False
-        select = node.find_ancestor(exp.Select)
-        joins = select.args.get("joins") or [] if select is not None else []
-        if any(j.side or (j.kind or "").upper() not in ("", "INNER", "CROSS") for j in joins):
-            return False
-    return True
+def maintained(view: DeployedResource) -> MaintenancePlan:
+    """The maintenance plan recorded with a view's deployed state; a view deployed before plans were recorded has
+    none, and is not maintained until a deploy records it (the engine never derives it from the view's SQL)."""
+    plan = view.state.maintenance
+    if plan is None:
+        raise PipeframeError("PF612", f"View `{view.state.name}` was deployed by an older pipeframe that did not "
+                             "record how to maintain it; it is left as it is.",
+                             "Run `pipeframe deploy`: it records the plan without moving any data.")
+    return plan
 
 
 def _alive(pid: object) -> bool:

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pipeframe.compiler.partials import Partials, partials
-from pipeframe.compiler.viewplan import BATCH_RELATION
+from pipeframe.compiler.maintenance import MaintenancePlan, Partials
 from pipeframe.engine import tables
 from pipeframe.engine.conflicts import local_folder, view_lock
 from pipeframe.plan import records
@@ -29,27 +28,17 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 COMPACT_AFTER = 16  # catch-ups appended before the partial rows are folded to one row per key
-# Runs a SQL statement that reads `__pf_batch` over the given rows.
+# Runs a SQL statement of a view's plan over the given rows (its `{table}`).
 Query = Callable[[str, "DataFrame"], "DataFrame"]
 
 
-def derive(view: DeployedResource, deployed: DeployedSnapshot) -> Partials | None:
-    """The partial states of `view`'s source, when its query has their shape and its states can all be negated."""
-    state = view.state
-    source = deployed.table(state.source or "")
-    if not (state.state_sql and state.compact_sql and state.negate_sql and source is not None and source.path) or \
-            local_folder(source.path) is None:
+def derive(view: DeployedResource, deployed: DeployedSnapshot, plan: MaintenancePlan) -> Partials | None:
+    """The partial states of `view`'s source its plan names (when its query has their shape and its states can all
+    be negated), where they can be kept: its source's table is in a local folder."""
+    source = deployed.table(view.state.source or "")
+    if source is None or not source.path or local_folder(source.path) is None:
         return None
-    others = {}
-    for key in state.depends_on:
-        resource = deployed.get(key)
-        if resource is None or resource.state.name == state.source:
-            continue
-        if not resource.state.columns:  # a pipe read by the view: its columns are not known here
-            return None
-        others[resource.state.name] = [name for name, _ in resource.state.columns]
-    return partials(state.state_sql, state.compact_sql, state.negate_sql, [n for n, _ in source.state.columns],
-                    others)
+    return plan.partials
 
 
 def kept(source_path: str) -> list[str]:
@@ -94,14 +83,14 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
     if any(c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS for c in commits):
         return False
     added, removed = tables.read_change_rows(spark, source.state, source.path or "", commits)
-    negated = query(derived.negate_sql.replace("{table}", BATCH_RELATION), query(derived.sql, removed))
+    negated = query(derived.negate_sql, query(derived.sql, removed))
     delta = query(derived.sql, added).unionByName(negated) if tables.adds_rows(commits) else negated
     try:
         if appended + 1 < COMPACT_AFTER:
             _write(delta, path, "append", replace(record, appended=appended + 1))
         else:  # Delta reads the version it overwrites from files the overwrite only marks removed
             rows = spark.read.format("delta").load(path)
-            folded = query(derived.compact_sql.replace("{table}", BATCH_RELATION), rows.unionByName(delta))
+            folded = query(derived.compact_sql, rows.unionByName(delta))
             _write(folded, path, "overwrite", replace(record, appended=0))
     except Exception as exc:
         if tables.history_gone(exc):  # vacuumed away: built again from the source

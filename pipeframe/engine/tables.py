@@ -210,7 +210,7 @@ def read_change_rows(spark: SparkSession, source: ResourceState, path: str,
 def read_signed_rows(spark: SparkSession, source: ResourceState, path: str, commits: Iterable[Commit]) -> DataFrame:
     """The rows of `read_change_rows` in one frame (one read of the change feed), with a column `__pf_sign`: 1 for
     an added row, -1 for a removed one."""
-    from pipeframe.compiler.partials import SIGN
+    from pipeframe.compiler.maintenance import SIGN
 
     commits = list(commits)
     frame = _change_feed(spark, path, commits)

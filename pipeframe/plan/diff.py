@@ -318,6 +318,10 @@ def describe(want: ResourceState, have: ResourceState) -> tuple[str, ...]:
         lines.append("view query changed")
     elif both_views and want.read_sql != have.read_sql:
         lines.append("read query changed")
+    elif both_views and have.maintenance is None and want.maintenance is not None:
+        lines.append("maintenance plan recorded (deployed by an older pipeframe)")
+    elif both_views and want.maintenance != have.maintenance:
+        lines.append("maintenance plan changed")
     if want.sql != have.sql:
         lines.append("query changed")
     if want.description != have.description:

@@ -2,7 +2,9 @@
 userMetadata, and the resource states of the state store. The one place that encodes and decodes them.
 
 Every record is written with `"format": FORMAT`. Format 1 is what releases before formats existed wrote (no
-`format` key); its keys are the same as format 2's, so it is read as is. A record of a newer format than this code
+`format` key); its keys are the same as format 2's, so it is read as is. Format 3 adds a view's `maintenance` plan
+to its resource state; a state of format 1 or 2 reads with none, and the engine refuses to maintain such a view
+until `pipeframe deploy` records it (PF612). A record of a newer format than this code
 knows is refused (PF610: upgrade pipeframe); a key this code does not know, in a record of a known format, is an
 error (PF611), never dropped: it would be lost on the next write.
 
@@ -31,12 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pipeframe.compiler import maintenance
 from pipeframe.errors import PipeframeError
 
 if TYPE_CHECKING:
     from pipeframe.plan.state import ResourceState
 
-FORMAT = 2  # the newest record format; 1: the records written before formats were recorded
+FORMAT = 3  # the newest record format; 1: the records written before formats were recorded; 3: maintenance plans
 
 
 @dataclass(frozen=True)
@@ -218,9 +221,28 @@ def decode_state(text: str, where: str) -> ResourceState:
                  for k, v in data.items()}
         fixed["key"] = ResourceKey.parse(data["key"])
         fixed["depends_on"] = tuple(ResourceKey.parse(k) for k in data.get("depends_on") or ())
+        fixed["maintenance"] = _maintenance(data.get("maintenance"), where)
         return ResourceState(**fixed)
     except (TypeError, ValueError) as exc:
         raise _unreadable(where, f"a value has the wrong type ({exc})") from None
+
+
+def _maintenance(data: Any, where: str) -> maintenance.MaintenancePlan | None:
+    """A view's maintenance plan from its stored form (None: a record written before plans were recorded)."""
+    if data is None:
+        return None
+    derived = data.get("partials") if isinstance(data, dict) else None
+    for body, cls in ((data, maintenance.MaintenancePlan), (derived, maintenance.Partials)):
+        if body is not None and not isinstance(body, dict):
+            raise TypeError(f"{body!r} is not an object")
+        unknown = sorted(set(body or ()) - {f.name for f in fields(cls)})
+        if unknown:
+            raise _unreadable(where, _unknown_keys(unknown))
+    if derived is not None:
+        derived = maintenance.Partials(**{**derived, "keys": tuple(derived.get("keys", ())),
+                                          "signed_sql": tuple(tuple(p) for p in derived.get("signed_sql", ()))})
+    return maintenance.MaintenancePlan(**{**data, "monotonic": tuple(data.get("monotonic", ())),
+                                          "partials": derived})
 
 
 def _check_format(body: Mapping[str, Any], where: str) -> None:

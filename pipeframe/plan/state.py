@@ -13,7 +13,8 @@ from typing import Literal
 
 from pipeframe.compiler.compile import CompiledProject
 from pipeframe.compiler.graph import DAG, ResourceKey
-from pipeframe.compiler.viewplan import PLAIN_READ
+from pipeframe.compiler.maintenance import MaintenancePlan
+from pipeframe.compiler.viewplan import PLAIN_READ, ViewPlan
 
 Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe"]
 
@@ -45,6 +46,8 @@ class ResourceState:
     negate_sql: str | None = None  # SELECT over state rows `{table}` that subtracts them; None: not invertible
     backfill: str | None = None  # "skip" or None
     follow_ttl: bool = False  # retract the rows its source's (and joined tables') ENGINE_TTL deletes
+    # How the engine maintains it (views; None in a record written before plans were recorded: deploy records it)
+    maintenance: MaintenancePlan | None = None
     # Metadata (an ALTER without moving data):
     description: str = ""
     ttl: str | None = None
@@ -94,6 +97,21 @@ def dag_of(states: Iterable[ResourceState]) -> DAG[ResourceKey]:
     return DAG.of((s.key, s.depends_on) for s in states)
 
 
+def _maintenance(plan: ViewPlan, joined: tuple[str, ...], source: str | None, depends_on: tuple[ResourceKey, ...],
+                 states: dict[ResourceKey, ResourceState]) -> MaintenancePlan:
+    """A view's maintenance plan, from its SQL and the columns of the tables it reads (states made already: the
+    resources are made in dependency order)."""
+    from pipeframe.compiler.maintenance_sql import maintenance_plan  # parses SQL: only when a deploy is planned
+
+    source_state = states.get(ResourceKey.datasource(source or ""))
+    others = {s.name: [n for n, _ in s.columns] for key in depends_on
+              if (s := states.get(key)) is not None and s.name != source}
+    # a pipe read by the view has no columns here: its columns are not known, and so no partial states
+    known = source_state is not None and all(others.values())
+    return maintenance_plan(plan.state_sql, plan.compact_sql("{table}"), plan.negate_sql("{table}"), joined,
+                            [n for n, _ in source_state.columns] if source_state else [], others if known else None)
+
+
 def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]:
     """Every resource of a valid compiled project by key, in dependency order."""
     graph = compiled.graph
@@ -130,6 +148,8 @@ def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]
                 negate_sql=plan.negate_sql("{table}") if plan is not None else None,
                 backfill=definition.backfill if definition else None,
                 follow_ttl=view.follow_ttl if view is not None else False,
+                maintenance=_maintenance(plan, view.joined, view.trigger, depends_on, states)
+                if plan is not None and view is not None else None,
                 description=definition.description if definition else "",
                 ttl=definition.ttl if definition else None,
                 tokens=tuple((t.name, t.scope) for t in definition.tokens) if definition else (),

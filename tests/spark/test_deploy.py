@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import pytest
 
 from pipeframe.engine.deploy import ConflictingPlan
 from pipeframe.errors import PipeframeError, RefusedError
+from pipeframe.plan import records
 from pipeframe.project import Project
+from pipeframe.sqltext import quote_string
 from tests.conftest import DAILY, EVENTS, HOURLY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +90,37 @@ def test_description_edit_rewrites_no_data_files(spark, project_dir):
     assert table_files(p, "events") == before
     path = p.warehouse.snapshot(fresh=True).table("events").path
     assert spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["description"] == "Raw click events"
+    assert not project(project_dir, spark).plan().has_changes
+
+
+def test_a_view_deployed_without_a_maintenance_plan_is_refused_until_deploy_records_it(spark, project_dir):
+    """A warehouse deployed by the previous release: its view's state record (format 2) holds no maintenance plan.
+    Refresh refuses the view (PF612) instead of deriving one; deploy records it as an alter that moves no data;
+    the view then applies the rows that arrived meanwhile."""
+    p, before = deployed_with_one_event(project_dir, spark)
+    p.refresh()
+    old = json.loads(records.encode_state(before.table("hourly").state))
+    del old["maintenance"]
+    old["format"] = 2
+    spark.sql(f"UPDATE delta.`{p.warehouse.state_path}` SET state = {quote_string(json.dumps(old))} "
+              "WHERE record = 'resource' AND key = 'datasource:hourly'")
+    insert_events(p, [("2024-05-01 11:00:00", "b", 7)])
+    p = project(project_dir, spark)
+    assert p.warehouse.snapshot(fresh=True).table("hourly").state.maintenance is None
+    with pytest.raises(PipeframeError) as err:
+        p.refresh()
+    assert err.value.code == "PF612" and "`hourly`" in str(err.value) and "pipeframe deploy" in str(err.value)
+    files = table_files(p, "hourly")
+    [change] = p.plan().pending
+    assert (str(change.key), change.action, change.summary) == ("datasource:hourly", "alter", "no data moved")
+    assert change.details == ("maintenance plan recorded (deployed by an older pipeframe)",)
+    p.deploy()
+    after = p.warehouse.snapshot(fresh=True).table("hourly")
+    assert after.state.maintenance is not None and after.path == before.table("hourly").path
+    assert table_files(p, "hourly") == files
+    assert {r.view: r.outcome for r in p.refresh()} == {"hourly": "applied", "daily": "applied"}
+    assert rows(p, "SELECT hour, n, total FROM hourly ORDER BY 1") == rows(
+        p, "SELECT date_trunc('hour', ts), count(*), sum(amount) FROM events GROUP BY 1 ORDER BY 1")
     assert not project(project_dir, spark).plan().has_changes
 
 

@@ -318,8 +318,8 @@ def test_a_join_view_follows_its_joined_table_through_the_partial_states_of_its_
                         f"{name} after step {step}")
     # A query Spark refuses over the partial states (a shape let through by mistake): the view joins `orders`.
     derive = partials.derive
-    monkeypatch.setattr(partials, "derive", lambda view, deployed: dataclasses.replace(
-        derive(view, deployed), signed_sql=(("customers", "SELECT no_such_column FROM __pf_batch"),)))
+    monkeypatch.setattr(partials, "derive", lambda view, deployed, plan: dataclasses.replace(
+        derive(view, deployed, plan), signed_sql=(("customers", "SELECT no_such_column FROM {table}"),)))
     spark.sql(f"UPDATE delta.`{paths['customers']}` SET country = 'NL' WHERE cid = 'c2'")
     assert {(r.view, r.outcome, r.path) for r in p.refresh()} == {(n, "applied", "join-negate") for n in views}
     for name, (_, reference, keys, checks) in views.items():

@@ -49,6 +49,24 @@ class Rule:
     exempt: tuple[str, ...] = ()
 
 
+def _parsing_modules() -> tuple[str, ...]:
+    """The compiler's modules that import sqlglot (at load or lazily): the ones that parse or rewrite SQL."""
+    found = []
+    for path in sorted((PACKAGE / "compiler").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names] + \
+            [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level]
+        if any(name.split(".")[0] == "sqlglot" for name in names):
+            found.append(f"pipeframe.compiler.{path.stem}")
+    return tuple(found)
+
+
+PARSING = _parsing_modules()
+# engine/generated.py computes a datasource's generated partition column over Arrow rows at ingest: it parses that
+# ENGINE_PARTITION_KEY expression (not a view's SQL), once per expression. Recording it parsed at compile time is
+# left for later; until then it is the one module of the engine that imports sqlglot.
+SQL_AT_INGEST = ("engine/generated.py",)
+
 RULES = (
     Rule("datafiles are read before anything is compiled or templated",
          covers=("datafiles/",), forbidden=("pipeframe.compiler", "pipeframe.templating", "pipeframe.plan"),
@@ -76,6 +94,13 @@ RULES = (
              "lifecycle", "query", "localserver", "partials", "deltaappend")) + ("pipeframe.project",
                                                                                  "pipeframe.endpoints"),
          breaking=("serving/reader.py", "from pipeframe.engine.warehouse import Warehouse")),
+    Rule("the engine parses no SQL: a view's maintenance is decided at compile time and recorded with its state",
+         covers=("engine/",), forbidden=("sqlglot",), exempt=SQL_AT_INGEST,
+         breaking=("engine/materialize.py", "import sqlglot")),
+    Rule("the engine imports none of the compiler's modules that parse or rewrite SQL",
+         # compile: the engine is given a compiled project and names its types (`CompiledPipe`), never compiles
+         covers=("engine/",), forbidden=tuple(m for m in PARSING if m != "pipeframe.compiler.compile"),
+         breaking=("engine/partials.py", "from pipeframe.compiler.partials import partials")),
 )
 
 
@@ -170,6 +195,12 @@ def test_only_the_engine_reaches_into_the_jvm(tmp_path: Path) -> None:
     (tmp_path / "engine" / "query.py").write_text("plan = frame._jdf.queryExecution()\n")
     (tmp_path / "endpoints.py").write_text("x = 1\nplan = frame._jdf.queryExecution()\n")
     assert jvm_reaches(tmp_path) == ["pipeframe/endpoints.py:2 ._jdf"]
+
+
+def test_the_modules_the_engine_may_not_import_are_those_that_parse():
+    assert {"pipeframe.compiler.partials", "pipeframe.compiler.sql", "pipeframe.compiler.maintenance_sql",
+            "pipeframe.compiler.states"} <= set(PARSING)
+    assert "pipeframe.compiler.maintenance" not in PARSING and "pipeframe.compiler.graph" not in PARSING
 
 
 def test_relative_imports_are_resolved(tmp_path: Path) -> None:

@@ -5,15 +5,19 @@ error (PF611). No JVM."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeframe.compiler import maintenance
 from pipeframe.compiler.graph import ResourceKey
+from pipeframe.compiler.maintenance_sql import maintenance_plan
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
+from pipeframe.plan.diff import NO_DATA_MOVED, diff
+from pipeframe.plan.snapshot import DeployedResource
 from pipeframe.plan.state import ResourceState
 
 TEXT = st.text(max_size=12)
@@ -190,18 +194,23 @@ def test_resource_states_the_previous_release_wrote_still_read_and_write_back_wi
     assert STATE_FORMAT_1
     for text in STATE_FORMAT_1:
         state = records.decode_state(text, "the record of x")
-        assert json.loads(json.dumps(state.to_json())) == json.loads(text)  # nothing lost, nothing added
+        # nothing lost, nothing added but the maintenance plan those records did not have (format 3)
+        assert json.loads(json.dumps(state.to_json())) == {**json.loads(text), "maintenance": None}
         again = records.encode_state(state)
-        assert json.loads(again) == {"format": records.FORMAT, **json.loads(text)}
+        assert json.loads(again) == {"format": records.FORMAT, **json.loads(text), "maintenance": None}
         assert records.decode_state(again, "the record of x") == state
 
 
+PARTIALS = st.builds(maintenance.Partials, st.lists(TEXT, max_size=2).map(tuple), TEXT, TEXT, TEXT,
+                     st.lists(st.tuples(TEXT, TEXT), max_size=2).map(tuple))
+PLANS = st.none() | st.builds(maintenance.MaintenancePlan, TEXT, st.lists(TEXT, max_size=2).map(tuple),
+                              st.none() | PARTIALS)
 STATES = st.builds(
     ResourceState, st.sampled_from([ResourceKey.datasource("s"), ResourceKey.pipe("p")]), TEXT,
     st.sampled_from(["datasource", "view", "endpoint", "copy", "materialized", "pipe"]),
     columns=st.lists(st.tuples(TEXT, TEXT), max_size=3).map(tuple), partition_key=OPTIONAL_TEXT,
     sorting_key=st.lists(TEXT, max_size=2).map(tuple), joined=st.lists(TEXT, max_size=2).map(tuple),
-    keys=st.lists(TEXT, max_size=2).map(tuple), negate_sql=OPTIONAL_TEXT, follow_ttl=st.booleans(),
+    keys=st.lists(TEXT, max_size=2).map(tuple), negate_sql=OPTIONAL_TEXT, follow_ttl=st.booleans(), maintenance=PLANS,
     tokens=st.lists(st.tuples(TEXT, TEXT), max_size=2).map(tuple),
     depends_on=st.lists(st.sampled_from([ResourceKey.datasource("a"), ResourceKey.pipe("b")]), max_size=2).map(tuple))
 
@@ -225,6 +234,45 @@ def test_a_resource_record_of_a_newer_format_or_with_an_unknown_key_is_refused()
         with pytest.raises(PipeframeError) as err:
             records.decode_state(broken, "The record of `datasource:s`")
         assert err.value.code == "PF611"
+
+
+def test_a_view_deployed_before_plans_were_recorded_is_refused_until_a_deploy_records_its_plan():
+    """The view of a format-1 warehouse reads with no plan; the engine does not derive one from its SQL but refuses
+    it (PF612, naming the fix); the deploy plan records it as a change of state only, and the view it writes back
+    is maintained."""
+    from pipeframe.engine.materialize import maintained
+
+    deployed = {s.key: s for s in (records.decode_state(t, "r") for t in STATE_FORMAT_1)}
+    old = deployed[ResourceKey.datasource("events_per_hour")]
+    assert old.kind == "view" and old.maintenance is None
+    with pytest.raises(PipeframeError) as err:
+        maintained(DeployedResource(old, 1, "/w/events_per_hour"))
+    assert err.value.code == "PF612" and "`events_per_hour`" in str(err.value) and "Run `pipeframe deploy`" in str(err.value)
+    plan = maintenance_plan(old.state_sql, old.compact_sql, old.negate_sql, old.joined, ["ts", "user_id", "event",
+                                                                                          "value"], {})
+    desired = {**deployed, old.key: replace(old, maintenance=plan)}
+    changes = {c.key: c for c in diff(desired, deployed).changes}
+    change = changes[old.key]
+    assert (change.action, change.summary) == ("alter", NO_DATA_MOVED)
+    assert change.details == ("maintenance plan recorded (deployed by an older pipeframe)",)
+    assert all(c.action == "unchanged" for k, c in changes.items() if k != old.key)
+    written = records.decode_state(records.encode_state(change.desired), "r")
+    assert maintained(DeployedResource(written, 1, "/w/events_per_hour")) == plan
+    assert "FROM {table} AS events GROUP BY" in plan.state_sql
+
+
+def test_a_maintenance_plan_with_a_key_this_pipeframe_does_not_know_is_refused():
+    state = ResourceState(ResourceKey.datasource("v"), "v", "view", maintenance=maintenance.MaintenancePlan(
+        "SELECT 1 FROM {table}", partials=maintenance.Partials((), "a", "b", "c", ())))
+    stored = json.loads(records.encode_state(state))
+    for broken in ({**stored["maintenance"], "strategy": "x"},
+                   {**stored["maintenance"], "partials": {**stored["maintenance"]["partials"], "strategy": "x"}}):
+        with pytest.raises(PipeframeError) as err:
+            records.decode_state(json.dumps({**stored, "maintenance": broken}), "The record of `datasource:v`")
+        assert err.value.code == "PF611" and "strategy" in str(err.value)
+    with pytest.raises(PipeframeError) as err:
+        records.decode_state(json.dumps({**stored, "maintenance": "SELECT"}), "The record of `datasource:v`")
+    assert err.value.code == "PF611"
 
 
 def test_a_resource_record_names_every_field_of_a_resource():

@@ -1,6 +1,7 @@
 """How a view takes deleted rows back out, decided by the compiler (no JVM): which views can subtract states
 (`negate_sql`), which column counts a group's rows (a group read with a count of 0 is gone), which tables a view
-follows, and how a commit's rows are counted."""
+follows, its maintenance plan (joins followed through the changed rows alone, partial states, the relations the
+engine substitutes as placeholders), and how a commit's rows are counted."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from datetime import datetime
 
 import pytest
 
+from pipeframe.compiler.maintenance import fill
+from pipeframe.compiler.maintenance_sql import joined_monotonically
 from pipeframe.compiler.partials import partials
 from pipeframe.engine.commits import Commit
-from pipeframe.engine.materialize import _joined_monotonically
 from pipeframe.engine.tables import adds_rows, as_followed
 from pipeframe.plan import records
 from pipeframe.plan.state import desired_state
@@ -71,9 +73,73 @@ def test_joined_tables_are_followed_unless_dimensions(make_project):
     ("SELECT c.t, count(*) FROM c RIGHT JOIN b AS o ON o.k = c.k GROUP BY 1", False),
     ("SELECT c.t, count(*) FROM b AS o JOIN (SELECT k, max(t) AS t FROM c GROUP BY k) AS c ON o.k = c.k GROUP BY 1",
      False),
+    ("WITH x AS (SELECT k, t FROM c) SELECT x.t, count(*) FROM b AS o JOIN x ON o.k = x.k GROUP BY 1", False),
+    ("SELECT o.k, count(*) FROM b AS o JOIN d ON o.k = d.k LEFT JOIN c ON o.k = c.k GROUP BY 1", False),
 ])
 def test_which_joins_are_followed_through_the_changed_rows_alone(sql, monotone):
-    assert _joined_monotonically(sql, "c") is monotone
+    assert joined_monotonically(sql, "c") is monotone
+
+
+JOIN = "FROM sales s {join} products p ON s.product = p.product"
+
+
+@pytest.mark.parametrize("sql, monotonic", [
+    (f"SELECT p.category, count() AS n {JOIN.format(join='JOIN')} GROUP BY 1", ("products",)),
+    (f"SELECT p.category, count() AS n {JOIN.format(join='INNER JOIN')} GROUP BY 1", ("products",)),
+    ("SELECT p.category, count() AS n FROM sales s, products p WHERE s.product = p.product GROUP BY 1",
+     ("products",)),
+    (f"SELECT p.category, count() AS n {JOIN.format(join='LEFT JOIN')} GROUP BY 1", ()),
+    (("SELECT p.category, count() AS n FROM sales s JOIN (SELECT product, category FROM products) p "
+     "ON s.product = p.product GROUP BY 1"), ()),
+    (("WITH p AS (SELECT product, category FROM products) SELECT p.category, count() AS n FROM sales s JOIN p "
+     "ON s.product = p.product GROUP BY 1"), ()),
+])
+def test_the_plan_recorded_with_a_view_names_the_joins_followed_through_the_changed_rows(make_project, sql,
+                                                                                        monotonic):
+    state = view_state(make_project, sql)
+    assert state.joined == ("products",) and state.maintenance is not None
+    assert state.maintenance.monotonic == monotonic
+
+
+def test_the_plan_reads_the_batch_and_the_followed_tables_through_placeholders(make_project):
+    """The engine fills them as text: the batch's relation, each pinned table's, and a table not pinned by name."""
+    state = view_state(make_project, f"SELECT p.category, count() AS n, max(s.amount) AS top {JOIN.format(join='JOIN')} "
+                                     "GROUP BY 1")
+    sql = state.maintenance.state_sql
+    assert "__pf_batch" not in sql and "{table} AS s" in sql and "{table:products} AS p" in sql
+    assert "FROM __pf_batch AS s JOIN products AS p" in state.state_sql  # as it was: the rebuild's hash
+    filled = fill(sql, "rows_1", {"products": "pinned_2"})
+    assert "rows_1 AS s" in filled and "pinned_2 AS p" in filled and "{" not in filled
+    assert "`products` AS p" in fill(sql, "rows_1", {})
+    assert state.maintenance.partials is None  # max cannot be negated
+
+
+def test_the_plan_of_a_join_view_whose_aggregates_read_only_its_source_holds_its_partial_states(make_project):
+    state = view_state(make_project, f"SELECT p.category, count() AS n, sum(s.amount) AS total "
+                                     f"{JOIN.format(join='JOIN')} GROUP BY 1")
+    derived = state.maintenance.partials
+    assert derived is not None and derived.keys == ("product",)
+    assert derived.sql.endswith("FROM {table} AS `s` GROUP BY `s`.`product`")
+    signed = dict(derived.signed_sql)["products"]
+    assert "FROM {table} AS s JOIN {table:products} AS p" in signed and "__pf_batch" not in signed
+    assert derived.negate_sql.endswith("FROM {table}") and derived.compact_sql.endswith(
+        "FROM {table} GROUP BY `product`")
+
+
+@pytest.mark.parametrize("sql", [
+    ("SELECT p.category, count() AS n, countIf(p.category = 'x') AS c FROM sales s JOIN products p "
+    "ON s.product = p.product GROUP BY 1"),
+    f"SELECT p.category, count() AS n {JOIN.format(join='JOIN')} GROUP BY ALL",
+])
+def test_the_plan_of_a_view_of_another_shape_holds_no_partial_states(make_project, sql):
+    state = view_state(make_project, sql)
+    assert state.maintenance is not None and state.maintenance.partials is None
+
+
+def test_a_plain_view_has_a_plan_too(make_project):
+    state = view_state(make_project, "SELECT product, amount FROM sales WHERE amount > 0")
+    assert state.maintenance is not None and state.maintenance.monotonic == ()
+    assert state.maintenance.state_sql == state.state_sql.replace("__pf_batch", "{table}")
 
 
 def commit(operation: str, **metrics: int) -> Commit:
