@@ -82,8 +82,8 @@ class Reader:
         # Spark types, TABLE or VIEW)
         self._views: dict[str, tuple[Relation, ResourceState, dict[str, str], str]] = {}
         self._sketches: set[str] = set()  # views with merged sketch states among their columns
-        self._parsed: OrderedDict[str, tuple[Any, tuple[str, ...]]] = OrderedDict()
-        self._translations: OrderedDict[tuple, Translation] = OrderedDict()
+        self._parsed: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # a statement's shape → the tables it reads
+        self._translations: OrderedDict[tuple, tuple] = OrderedDict()  # (shape, schema) → `_translation`'s
         self._answers: OrderedDict[tuple, Answer] = OrderedDict()
 
     # ------------------------------------------------------------------------------------ what is deployed
@@ -148,25 +148,33 @@ class Reader:
         `SparkError` for an error Spark raises too."""
         self._check_zone()
         deployed = self.deployed()
-        parsed = self._parsed.get(spark_sql)
-        if parsed is None:
+        shape = translate.shape(spark_sql)
+        names = self._parsed.get(shape.key)  # the tables are named outside literals: one shape reads the same ones
+        tree = None
+        if names is None:
             tree = translate.parse(spark_sql)
-            parsed = (tree, translate.reads(tree))
-            self._remember(self._parsed, spark_sql, parsed, CACHED_TRANSLATIONS)
-        tree, names = parsed
+            names = translate.reads(tree)
+            self._remember(self._parsed, shape.key, names, CACHED_TRANSLATIONS)
         tables = [self._table(deployed, name, readable) for name in names]
         schema = {name: columns for name, (_, columns) in zip(names, tables, strict=True)}
-        key = (spark_sql, tuple((name, tuple(columns.items())) for name, columns in schema.items()))
-        translation = self._translations.get(key)
-        if translation is None:
-            translation = translate.translate(tree, schema)
-            self._remember(self._translations, key, translation, CACHED_TRANSLATIONS)
+        # One translation per shape and schema: a Date or DateTime parameter's value is bound as a DuckDB parameter,
+        # so sqlglot runs once per endpoint and set of parameters, not once per value. The other literals must be
+        # the ones it was translated with.
+        key = (shape.key, tuple((name, tuple(columns.items())) for name, columns in schema.items()))
+        kept = self._translations.get(key)
+        if kept is None or any(shape.literals[i] != text for i, text in kept[2]):
+            tree = tree or translate.parse(spark_sql)
+            kept = self._translation(tree, schema, shape)
+            self._remember(self._translations, key, kept, CACHED_TRANSLATIONS)
+        translation, bound, _ = kept
+        values = {name: shape.literals[i] for i, name in bound}
         # An answer is kept for one deployed state (a redeploy may finalize a view otherwise over the same rows)
         # and the versions of the tables it read.
-        answer_key = (translation.sql, deployed.version, tuple((r.name, r.version) for r, _ in tables))
+        answer_key = (translation.sql, tuple(values.items()), deployed.version,
+                      tuple((r.name, r.version) for r, _ in tables))
         answer = self._answers.get(answer_key)
         if answer is None:
-            answer = self._run(translation, [relation for relation, _ in tables])
+            answer = self._run(translation, [relation for relation, _ in tables], values)
             if any(kind == "binary" for _, kind in answer.meta) and self._sketches.intersection(names):
                 # A merged sketch read as bytes: its bytes are Spark's own serialization (the order it merged in)
                 raise ReadFailed("a merged sketch state is read as bytes (its serialization is Spark's own)")
@@ -178,13 +186,31 @@ class Reader:
         if self.time_zone.upper() not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
             raise ReadFailed(f"spark.sql.session.timeZone is {self.time_zone}: the read path computes in UTC")
 
-    def _run(self, translation: Translation, read: list[Relation]) -> Answer:
+    @staticmethod
+    def _translation(tree: Any, schema: dict[str, dict[str, str]], shape: translate.Shape) -> tuple[
+            Translation, tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]:
+        """`tree` (the statement of `shape`) translated with its parameter literals as DuckDB parameters: the
+        translation, (literal index, parameter name) of those, and (literal index, text) of the other literals. When
+        a literal cannot be a parameter as chosen, every literal stays in the statement (kept for these values)."""
+        index = {start: i for i, start in enumerate(shape.starts)}
+        parameters = shape.parameters(tree)
+        try:
+            translation = translate.translate(tree, schema, parameters=parameters)
+        except ValueError:
+            parameters = {}
+            translation = translate.translate(tree, schema)
+        bound = tuple((index[start], name) for start, name in parameters.items())
+        taken = {i for i, _ in bound}
+        fixed = tuple((i, text) for i, text in enumerate(shape.literals) if i not in taken)
+        return translation, bound, fixed
+
+    def _run(self, translation: Translation, read: list[Relation], values: Mapping[str, str] | None = None) -> Answer:
         import duckdb
 
         self._functions(translation.sql)
         cursor = self._cursor()
         try:
-            result = cursor.execute(translation.sql)
+            result = cursor.execute(translation.sql, dict(values) if values else None)
             rows = result.fetchall()
             described = result.description or []
         except duckdb.Error as exc:

@@ -87,3 +87,42 @@ def test_a_request_reads_one_deployed_state_and_the_next_one_the_newest(warehous
         assert answer(reader) == [("a", 7), ("b", 5)]  # its tables at their newest versions
     assert reader.deployed().version == pinned.version + 1
     assert answer(reader) == [("a", 4), ("b", 5)]
+
+
+# ------------------------------------------------------------------ a Date or DateTime parameter bound, not re-translated
+EVENTS = [(dt.datetime(2024, 5, 1, 0, 0), 1), (dt.datetime(2024, 5, 1, 10, 30, 0, 500000), 2),
+          (dt.datetime(2024, 5, 2, 0, 0), 4), (dt.datetime(2024, 5, 3, 12, 0), 8)]
+SINCE = "SELECT sum(n) AS n, count(*) AS c FROM hits WHERE ts >= CAST('{since}' AS TIMESTAMP) AND tag = '{tag}'"
+
+
+@pytest.fixture
+def hits(tmp_path):
+    write_deltalake(str(tmp_path / "hits"), pa.table({
+        "ts": pa.array([t for t, _ in EVENTS], pa.timestamp("us", tz="UTC")),
+        "n": pa.array([n for _, n in EVENTS], pa.int64()), "tag": ["x", "x", "x", "y"]}))
+    state = ResourceState(ResourceKey.datasource("hits"), "hits", "datasource",
+                          columns=(("ts", "TIMESTAMP"), ("n", "BIGINT"), ("tag", "STRING")))
+    record = pa.table({"record": ["resource"], "key": [str(state.key)], "version": pa.array([1], pa.int64()),
+                       "path": [str(tmp_path / "hits")], "state": [encode_state(state)],
+                       "deployed_at": pa.array([dt.datetime(2026, 1, 1)], pa.timestamp("us", tz="UTC"))})
+    write_deltalake(str(tmp_path / STATE_TABLE), record)
+    return tmp_path
+
+
+@pytest.mark.parametrize("since", ["2024-05-01", "2024-05-01 10:30:00", "2024-05-01 10:30:00.5", "2024-05-01T10:30:01",
+                                   "2024-05-02 00:00:00", "2024-05-04"])
+def test_a_time_parameter_bound_answers_as_the_statement_written_out(hits, since):
+    reader = Reader(str(hits))
+    reader.query(SINCE.format(since="2024-05-01 00:00:00", tag="x"))  # the shape translated with another value
+    bound = reader.query(SINCE.format(since=since, tag="x")).rows
+    limit = dt.datetime.fromisoformat(since)
+    expected = [n for t, n in EVENTS[:3] if t >= limit]
+    assert bound == [(sum(expected) if expected else None, len(expected))]
+    assert Reader(str(hits)).query(SINCE.format(since=since, tag="x")).rows == bound  # translated afresh
+
+
+def test_a_literal_not_bound_is_never_taken_from_another_statement(hits):
+    reader = Reader(str(hits))
+    assert reader.query(SINCE.format(since="2024-05-01", tag="x")).rows == [(7, 3)]
+    assert reader.query(SINCE.format(since="2024-05-01", tag="y")).rows == [(8, 1)]
+    assert reader.query(SINCE.format(since="2024-05-03", tag="x")).rows == [(None, 0)]
