@@ -163,7 +163,7 @@ class Reader:
         key = (shape.key, tuple((name, tuple(columns.items())) for name, columns in schema.items()))
         kept = self._translations.get(key)
         if kept is None or any(shape.literals[i] != text for i, text in kept[2]):
-            tree = tree or translate.parse(spark_sql)
+            tree = translate.parse(spark_sql) if tree is None else tree
             kept = self._translation(tree, schema, shape)
             self._remember(self._translations, key, kept, CACHED_TRANSLATIONS)
         translation, bound, _ = kept
