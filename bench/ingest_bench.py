@@ -309,10 +309,10 @@ def cpu_seconds(pid: int, descendants: bool = True) -> float:
 class Server:
     """`python -m pipeframe serve` in its own process, output to a log file; stopped with Ctrl-C (SIGINT)."""
 
-    def __init__(self, root: Path, log_path: Path, options: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path, log_path: Path, options: Sequence[str] = (), code: Path = BENCH.parent) -> None:
         self.log_path = log_path
-        # The server runs this checkout's pipeframe, as this process does.
-        path = os.pathsep.join(p for p in (str(BENCH.parent), os.environ.get("PYTHONPATH", "")) if p)
+        # The server runs this checkout's pipeframe, as this process does (or the one at `code`).
+        path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=path)
         self.out = log_path.open("w")
         self.process = subprocess.Popen([sys.executable, "-m", "pipeframe", "serve", "-p", str(root), "--port", "0",

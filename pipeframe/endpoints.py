@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -125,6 +126,11 @@ class Endpoints:
             return self.reader.deployed().snapshot
         return self.spark_side().warehouse.snapshot()
 
+    def pinned(self) -> AbstractContextManager[object]:
+        """Within: what is deployed is read once (`Reader.pinned`), so one call checks its pipe, token and tables
+        against one state."""
+        return self.reader.pinned() if self.reader is not None and self._given is None else nullcontext()
+
     def refresh(self, deployed: DeployedSnapshot | None = None) -> None:
         """Check pipes against `deployed` from now on (None: against what the warehouse records, read again)."""
         self._given = deployed
@@ -176,6 +182,10 @@ class Endpoints:
         return sql
 
     def run(self, name: str, params: Mapping[str, Any]) -> EndpointResult:
+        with self.pinned():
+            return self._run(name, params)
+
+    def _run(self, name: str, params: Mapping[str, Any]) -> EndpointResult:
         start = time.perf_counter()
         pipe = self.pipe(name)
         sql = self.render(pipe, params)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, StrictBool
@@ -213,10 +214,11 @@ def render(result: EndpointResult, fmt: str) -> Response:
     """An endpoint answer as Tinybird formats it: json (meta, data, rows, statistics), csv with a header row,
     or ndjson (one object per line)."""
     if fmt == "json":
-        try:  # Starlette refuses NaN and infinities (allow_nan=False): look for them only when there are any
-            return JSONResponse(result.to_json())
-        except ValueError:
-            return JSONResponse(finite(result.to_json()))
+        body = result.to_json()
+        try:  # orjson writes NaN and infinities as null, as `finite` does
+            return Response(orjson.dumps(body), media_type=FORMATS[fmt])
+        except orjson.JSONEncodeError:  # an integer past 64 bits (a DECIMAL(38, 0)): the standard library writes it
+            return JSONResponse(finite(body))
     if fmt == "ndjson":
         return Response("".join(json.dumps(finite(row)) + "\n" for row in result.data), media_type=FORMATS[fmt])
     out = io.StringIO()

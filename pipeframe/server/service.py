@@ -162,9 +162,10 @@ class Service:
         missing = ""
         for _attempt in range(2):
             current = self.current
-            self.authorize(caller, ResourceKey.pipe(pipe), "READ")
             try:
-                return current.endpoints.run(pipe, params)
+                with current.endpoints.pinned():  # the token and the pipe checked against one deployed state
+                    self.authorize(caller, ResourceKey.pipe(pipe), "READ")
+                    return current.endpoints.run(pipe, params)
             except PipeframeError as err:
                 message = err.diagnostics[0].message
                 if err.code != "PF807" or not any(word in message for word in VANISHED):

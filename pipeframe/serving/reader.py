@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -77,16 +78,21 @@ class Reader:
         self._views_lock = threading.Lock()
         self._local = threading.local()
         self._deployed = Deployed(-2, DeployedSnapshot())
-        # name → (what its DuckDB view reads, the deployed definition it was made from, its columns as Spark types)
-        self._views: dict[str, tuple[Relation, ResourceState, dict[str, str]]] = {}
+        # name → (what its DuckDB view or table reads, the deployed definition it was made from, its columns as
+        # Spark types, TABLE or VIEW)
+        self._views: dict[str, tuple[Relation, ResourceState, dict[str, str], str]] = {}
         self._sketches: set[str] = set()  # views with merged sketch states among their columns
-        self._parsed: OrderedDict[str, tuple[Any, tuple[str, ...]]] = OrderedDict()
-        self._translations: OrderedDict[tuple, Translation] = OrderedDict()
+        self._parsed: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # a statement's shape → the tables it reads
+        self._translations: OrderedDict[tuple, tuple] = OrderedDict()  # (shape, schema) → `_translation`'s
         self._answers: OrderedDict[tuple, Answer] = OrderedDict()
 
     # ------------------------------------------------------------------------------------ what is deployed
     def deployed(self) -> Deployed:
-        """What is deployed now (the state store read again only when its version moved)."""
+        """What is deployed now (the state store read again only when its version moved); within `pinned`, what
+        was deployed when it began."""
+        pinned = getattr(self._local, "deployed", None)
+        if pinned is not None:
+            return pinned
         path = f"{self.uri}/{STATE_TABLE}"
         version = self.snapshots.version(path)
         current = self._deployed
@@ -99,6 +105,21 @@ class Reader:
             if fresh.version > self._deployed.version:
                 self._deployed = fresh
         return fresh
+
+    @contextmanager
+    def pinned(self) -> Iterator[Deployed]:
+        """Within: this thread reads one state of what is deployed, the one deployed as it begins (a request checks
+        its pipe, its token and its tables against one state, and probes the state store once, not at each step).
+        Tables are still read at their newest versions. Nested: the outer state."""
+        local = self._local
+        if getattr(local, "deployed", None) is not None:
+            yield local.deployed
+            return
+        local.deployed = self.deployed()
+        try:
+            yield local.deployed
+        finally:
+            local.deployed = None
 
     def rows(self, path: str, columns: list[str]) -> list[dict[str, Any]]:
         """Every row of the (small) table at `path`, its `columns` only; [] while there is no table."""
@@ -127,23 +148,33 @@ class Reader:
         `SparkError` for an error Spark raises too."""
         self._check_zone()
         deployed = self.deployed()
-        parsed = self._parsed.get(spark_sql)
-        if parsed is None:
+        shape = translate.shape(spark_sql)
+        names = self._parsed.get(shape.key)  # the tables are named outside literals: one shape reads the same ones
+        tree = None
+        if names is None:
             tree = translate.parse(spark_sql)
-            parsed = (tree, translate.reads(tree))
-            self._remember(self._parsed, spark_sql, parsed, CACHED_TRANSLATIONS)
-        tree, names = parsed
+            names = translate.reads(tree)
+            self._remember(self._parsed, shape.key, names, CACHED_TRANSLATIONS)
         tables = [self._table(deployed, name, readable) for name in names]
         schema = {name: columns for name, (_, columns) in zip(names, tables, strict=True)}
-        key = (spark_sql, tuple((name, tuple(columns.items())) for name, columns in schema.items()))
-        translation = self._translations.get(key)
-        if translation is None:
-            translation = translate.translate(tree, schema)
-            self._remember(self._translations, key, translation, CACHED_TRANSLATIONS)
-        answer_key = (translation.sql, tuple((r.name, r.version) for r, _ in tables))
+        # One translation per shape and schema: a Date or DateTime parameter's value is bound as a DuckDB parameter,
+        # so sqlglot runs once per endpoint and set of parameters, not once per value. The other literals must be
+        # the ones it was translated with.
+        key = (shape.key, tuple((name, tuple(columns.items())) for name, columns in schema.items()))
+        kept = self._translations.get(key)
+        if kept is None or any(shape.literals[i] != text for i, text in kept[2]):
+            tree = translate.parse(spark_sql) if tree is None else tree
+            kept = self._translation(tree, schema, shape)
+            self._remember(self._translations, key, kept, CACHED_TRANSLATIONS)
+        translation, bound, _ = kept
+        values = {name: shape.literals[i] for i, name in bound}
+        # An answer is kept for one deployed state (a redeploy may finalize a view otherwise over the same rows)
+        # and the versions of the tables it read.
+        answer_key = (translation.sql, tuple(values.items()), deployed.version,
+                      tuple((r.name, r.version) for r, _ in tables))
         answer = self._answers.get(answer_key)
         if answer is None:
-            answer = self._run(translation, [relation for relation, _ in tables])
+            answer = self._run(translation, [relation for relation, _ in tables], values)
             if any(kind == "binary" for _, kind in answer.meta) and self._sketches.intersection(names):
                 # A merged sketch read as bytes: its bytes are Spark's own serialization (the order it merged in)
                 raise ReadFailed("a merged sketch state is read as bytes (its serialization is Spark's own)")
@@ -155,13 +186,31 @@ class Reader:
         if self.time_zone.upper() not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
             raise ReadFailed(f"spark.sql.session.timeZone is {self.time_zone}: the read path computes in UTC")
 
-    def _run(self, translation: Translation, read: list[Relation]) -> Answer:
+    @staticmethod
+    def _translation(tree: Any, schema: dict[str, dict[str, str]], shape: translate.Shape) -> tuple[
+            Translation, tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]:
+        """`tree` (the statement of `shape`) translated with its parameter literals as DuckDB parameters: the
+        translation, (literal index, parameter name) of those, and (literal index, text) of the other literals. When
+        a literal cannot be a parameter as chosen, every literal stays in the statement (kept for these values)."""
+        index = {start: i for i, start in enumerate(shape.starts)}
+        parameters = shape.parameters(tree)
+        try:
+            translation = translate.translate(tree, schema, parameters=parameters)
+        except ValueError:
+            parameters = {}
+            translation = translate.translate(tree, schema)
+        bound = tuple((index[start], name) for start, name in parameters.items())
+        taken = {i for i, _ in bound}
+        fixed = tuple((i, text) for i, text in enumerate(shape.literals) if i not in taken)
+        return translation, bound, fixed
+
+    def _run(self, translation: Translation, read: list[Relation], values: Mapping[str, str] | None = None) -> Answer:
         import duckdb
 
         self._functions(translation.sql)
         cursor = self._cursor()
         try:
-            result = cursor.execute(translation.sql)
+            result = cursor.execute(translation.sql, dict(values) if values else None)
             rows = result.fetchall()
             described = result.description or []
         except duckdb.Error as exc:
@@ -196,24 +245,30 @@ class Reader:
         if not state.columns:  # a quarantine table: its columns are what its files hold
             state = replace(state, columns=relation.columns)
         found = self._views.get(name)
-        if found is not None and found[0].name == relation.name and (found[1] is state or found[1] == state):
+        if found is not None and _current(found, relation, state):
             return relation, found[2]
         with self._views_lock:  # one thread makes a view; DuckDB refuses two changing one catalog entry at once
             found = self._views.get(name)
-            if found is not None and found[0].name == relation.name and found[1] == state:
+            if found is not None and _current(found, relation, state):
                 return relation, found[2]
             sql = state.read_sql.replace("{table}", "`__pf_state`") if state.read_sql else \
                 f"SELECT {', '.join(f'`{c}`' for c, _ in state.columns)} FROM `__pf_state`"
             view = translate.translate(translate.parse(sql), {"__pf_state": dict(relation.columns)},
                                        renames={"__pf_state": relation.name})
             self._functions(view.sql)
+            # A view's finalizing SQL (its GROUP BY over the partial rows) is run once per version of a table held
+            # in memory, into a table its queries read: each query pays for its own work, not the view's merge.
+            # Other tables are views over the copy (or the files), which follows every version by itself.
+            kind = "TABLE" if state.read_sql and relation.in_memory else "VIEW"
             cursor = self._db.cursor()
             try:
-                cursor.execute(f'CREATE OR REPLACE VIEW "{name}" AS {view.sql}')
+                if found is not None and found[3] != kind:
+                    cursor.execute(f'DROP {found[3]} IF EXISTS "{name}"')
+                cursor.execute(f'CREATE OR REPLACE {kind} "{name}" AS {view.sql}')
                 columns = {c[0]: spark_type(str(c[1])) for c in cursor.execute(f'DESCRIBE "{name}"').fetchall()}
             finally:
                 cursor.close()
-            self._views[name] = (relation, state, columns)
+            self._views[name] = (relation, state, columns, kind)
             if view.sketches:
                 self._sketches.add(name)
         return relation, columns
@@ -244,6 +299,17 @@ class Reader:
             cache[key] = value
             while len(cache) > size:
                 cache.popitem(last=False)
+
+
+def _current(found: tuple[Relation, ResourceState, dict[str, str], str], relation: Relation,
+             state: ResourceState) -> bool:
+    """Whether the DuckDB view or table made as `found` answers for `relation` as `state` defines it: made over the
+    same copy from the same definition, and, when it is a table (a finalized view), from this version or a newer
+    one (it is made after the copy reached the version it is labelled with, so it holds at least that version)."""
+    made, made_state, _, kind = found
+    if made.name != relation.name or not (made_state is state or made_state == state):
+        return False
+    return kind == "VIEW" or made.version >= relation.version
 
 
 class UnknownTable(Exception):

@@ -62,6 +62,7 @@ class Relation:
     rows: int
     bytes: int
     files: int
+    in_memory: bool = True  # copied into a DuckDB table (else a view over its files)
 
 
 @dataclass
@@ -223,7 +224,7 @@ class Snapshots:
         copy.version, copy.files, copy.columns, copy.in_memory = version, frozenset(live), columns, in_memory
         if rows < 0:
             rows = int(self.db.cursor().execute(f'SELECT count(*) FROM "{copy.name}"').fetchone()[0])
-        copy.relation = Relation(copy.name, path, version, columns, rows, size, len(files))
+        copy.relation = Relation(copy.name, path, version, columns, rows, size, len(files), in_memory)
 
     def _insert(self, cursor: duckdb.DuckDBPyConnection, name: str, table: DeltaTable, files: list[DataFile],
                 columns: dict[str, str], partitions: tuple[str, ...], local: bool) -> None:

@@ -140,6 +140,52 @@ def parse(spark_sql: str) -> exp.Query:
     return tree
 
 
+# A string literal of a statement as pipeframe writes Spark SQL (a backslash escapes), or an identifier in backticks
+# (skipped: what it holds is no literal).
+_STRINGS = re.compile(r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.)*'")
+# Where a literal's value may change without changing the translation: a date or a time cast in a comparison (what a
+# Date or DateTime parameter renders to). `_cast` decides by the literal's form alone, which `Shape.key` holds.
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A statement with its string literals taken out: `key` is the statement with each one replaced by the forms of
+    `_LITERAL_FORMS` its value has (statements of one key differ only in those values); `literals` are their texts
+    and `starts` where each begins in the statement."""
+
+    key: str
+    literals: tuple[str, ...]
+    starts: tuple[int, ...]
+
+    def parameters(self, tree: exp.Query) -> dict[int, str]:
+        """Which of the literals a translation of `tree` (this statement, parsed) may take as DuckDB parameters:
+        where each starts → its parameter's name."""
+        wanted = dict(zip(self.starts, self.literals, strict=True))
+        chosen = sorted(node.meta["start"] for node in tree.find_all(exp.Literal)
+                        if node.is_string and wanted.get(node.meta.get("start")) == node.name
+                        and isinstance(node.parent, exp.Cast)
+                        and node.parent.to.is_type(exp.DType.DATE, *_TIMES)
+                        and isinstance(node.parent.parent, _COMPARISONS))
+        return {start: f"pf{i}" for i, start in enumerate(chosen)}
+
+
+def shape(spark_sql: str) -> Shape:
+    """The shape of a statement (a few microseconds: a regular expression, not a parse)."""
+    parts, literals, starts, at = [], [], [], 0
+    for match in _STRINGS.finditer(spark_sql):
+        if match.group().startswith("`"):
+            continue
+        text = match.group()[1:-1]
+        forms = "".join("1" if form.fullmatch(text) else "0" for form in _LITERAL_FORMS.values())
+        parts += [spark_sql[at:match.start()], f"'\x00{forms}'"]
+        literals.append(text)
+        starts.append(match.start())
+        at = match.end()
+    parts.append(spark_sql[at:])
+    return Shape("".join(parts), tuple(literals), tuple(starts))
+
+
 def reads(tree: exp.Query) -> tuple[str, ...]:
     """The tables a statement reads by name (its CTEs left out), each once, in order of appearance."""
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
@@ -155,9 +201,11 @@ def reads(tree: exp.Query) -> tuple[str, ...]:
 
 
 def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
-              renames: Mapping[str, str] | None = None) -> Translation:
+              renames: Mapping[str, str] | None = None, parameters: Mapping[int, str] | None = None) -> Translation:
     """`tree` (from `parse`) in DuckDB SQL. `schema`: every table it reads → its columns' Spark types, in order;
-    `renames`: tables to read under another name (a view's `{table}`)."""
+    `renames`: tables to read under another name (a view's `{table}`); `parameters`: string literals (by where they
+    start in the statement, as `Shape.parameters` chose them) written as DuckDB parameters `$name` instead (a
+    ValueError when one is not found in the translation as it was written)."""
     tree = tree.copy()
     _check(tree)
     try:
@@ -174,6 +222,13 @@ def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
     for table in duck.find_all(exp.Table):
         if renames and table.name in renames:
             table.set("this", exp.to_identifier(renames[table.name], quoted=True))
+    if parameters:
+        found = [node for node in duck.find_all(exp.Literal) if node.is_string and node.meta.get("start") in parameters
+                 and isinstance(node.parent, exp.Cast)]
+        if sorted(node.meta["start"] for node in found) != sorted(parameters):
+            raise ValueError("a parameter's literal is not in the translation as written")
+        for node in found:
+            node.replace(exp.Placeholder(this=parameters[node.meta["start"]]))
     return Translation(duck.sql(dialect=DUCKDB), reads(tree), sketches)
 
 

@@ -181,3 +181,23 @@ def test_regexp_replace_takes_sparks_group_references_and_replaces_every_match(d
 def test_bround_rounds_half_to_even_on_the_decimal_a_double_prints_as(db):
     rows, _ = run(db, "SELECT bround(x, 2) AS r FROM t ORDER BY n")
     assert rows == [(1.0,), (-0.5,), (2.68,)]  # 1.005 → 1.00, 2.675 → 2.68 (ties to even on 1.005 / 2.675)
+
+
+def test_statements_differing_in_a_time_value_have_one_shape_and_bind_it():
+    from pipeframe.serving.translate import parse, shape
+
+    first = "SELECT a FROM t WHERE ts >= CAST('2024-05-01 10:00:00' AS TIMESTAMP) AND k = 'it\\'s' LIMIT 10"
+    second = first.replace("2024-05-01 10:00:00", "2025-01-31 23:59:59")
+    assert shape(first).key == shape(second).key
+    assert shape(second).literals == ("2025-01-31 23:59:59", "it\\'s")
+    assert shape(first).key != shape(first.replace("2024-05-01 10:00:00", "2024-05-01")).key  # another form
+    assert shape(first).key != shape(first.replace("LIMIT 10", "LIMIT 11")).key
+    chosen = shape(first).parameters(parse(first))
+    assert chosen == {first.index("'2024"): "pf0"}  # the time compared; the string is no parameter
+
+
+def test_a_time_literal_outside_a_comparison_is_no_parameter():
+    from pipeframe.serving.translate import parse, shape
+
+    sql = "SELECT CAST('2024-05-01' AS DATE) AS d, a FROM t WHERE d IN (CAST('2024-05-02' AS DATE))"
+    assert shape(sql).parameters(parse(sql)) == {}
