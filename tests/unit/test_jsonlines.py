@@ -112,7 +112,6 @@ _FLAT_VALUES = {
 }
 
 
-
 def _object(fields: dict[str, st.SearchStrategy], odd: bool = True) -> st.SearchStrategy:
     """An object of some of `fields` (at least one unless `odd`), or at times (`odd`) what is no such object: null,
     a string, an array, an object with a key that is no column."""
@@ -144,18 +143,19 @@ def _flat_line(draw: st.DrawFn, values: dict[str, st.SearchStrategy] = _FLAT_VAL
     keys = draw(st.lists(st.sampled_from(sorted(values)), unique=True, min_size=0 if odd else len(values)))
     event = {key: draw(values[key]) for key in keys}
     line = json.dumps(event, ensure_ascii=draw(st.booleans()))
-    odd = draw(st.sampled_from(["", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty"])) if odd else ""
-    if odd == "extra":
+    oddity = draw(st.sampled_from(["", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty"])) \
+        if odd else ""
+    if oddity == "extra":
         line = line[:-1] + (', "other": 1}' if event else '"other": 1}')
-    elif odd == "twice" and event:
+    elif oddity == "twice" and event:
         line = line[:-1] + f', "{keys[0]}": null}}'
-    elif odd == "not json":
+    elif oddity == "not json":
         line = line[:-1]
-    elif odd == "array":
+    elif oddity == "array":
         line = f"[{line}]"
-    elif odd == "bom":
+    elif oddity == "bom":
         line = "\ufeff" + line
-    elif odd == "empty":
+    elif oddity == "empty":
         line = "{}"
     return line
 
