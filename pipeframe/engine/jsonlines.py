@@ -5,8 +5,9 @@ A group commit typed here needs no Spark job at all. Lines are parsed by orjson 
 the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
 `$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
 `get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
-A flat batch (every column a top-level key of a type pyarrow's JSON reader reads as here) whose every line fits is
-read by pyarrow's reader at once (`_arrow_flat`); any other batch, or one with a misfit, as follows.
+A batch of keys only (every column a key at any depth, `$.a.b` too, of a type pyarrow's JSON reader reads as here)
+whose every line fits is read by pyarrow's reader at once (`_arrow_read`); any other batch, or one with a misfit,
+as follows.
 The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
 (`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
 the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
@@ -585,8 +586,8 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     try:
         readers = _readers(datasource, time_zone in UTC_ZONES, datetime.now(UTC))
         every_default = all(r.column.default is not None for r in readers)
-        if time_zone in UTC_ZONES and _flat(readers):  # the one place that picks pyarrow's JSON reader
-            table = _arrow_flat(texts, readers, every_default)
+        if time_zone in UTC_ZONES and _arrow_readable(readers):  # the one place that picks pyarrow's JSON reader
+            table = _arrow_read(texts, readers, every_default)
             if table is not None:
                 return Typed(table, list(range(len(texts))), [])
         # Plain times are read in UTC: in another session time zone every line is read by `_line`.
@@ -616,7 +617,7 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     return Typed(rows, kept, misfits)
 
 
-# ------------------------------------------------------------------------------------------------ flat batches
+# ------------------------------------------------------------------------------------------------ keys only
 # Spark types pyarrow's JSON reader reads as jsonlines does when it reads them at all: a value of another JSON kind,
 # a fraction for an integer, a key given twice, a key not a column, a lone surrogate, text after the object each
 # make it raise (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings first.
@@ -627,16 +628,44 @@ _ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DO
 _LONG_OR_EXPONENT = r"(^|[^0-9.])[0-9]{16}|[0-9][eE]"  # RE2 (pyarrow): many times quicker than `re` here
 
 
-def _flat(readers: list[_Reader]) -> bool:
-    """Whether every column is a top-level key of a type pyarrow's JSON reader types as `_line` does."""
-    return all(len(r.path.steps) == 1 and isinstance(r.path.steps[0], str) and not r.path.whole_array
+def _arrow_readable(readers: list[_Reader]) -> bool:
+    """Whether every column is a key (at any depth: `$.a`, `$.a.b`, `$['a b'].c`) of a type pyarrow's JSON reader
+    types as `_line` does."""
+    return all(r.path.steps and all(isinstance(step, str) for step in r.path.steps) and not r.path.whole_array
                and r.column.type.upper() in _ARROW_READS for r in readers)
 
 
-def _arrow_flat(texts: list[str], readers: list[_Reader], every_default: bool) -> pa.Table | None:
-    """Flat lines (`_flat`) read by pyarrow's JSON reader at once, when every line is an object whose every value
-    fits its column (in range, a time in the plain ISO form); None when one does not, and the batch is typed by
-    `_fast`/`_line`, which give the misfits their reasons."""
+def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
+    """The schema pyarrow's reader reads the lines with: each column's keys as nested structs down to its value,
+    read as a string (times and dates) or an int64 (every integer); None when two columns read one key, or one
+    column's key holds another's (`$.a` and `$.a.b`)."""
+    import pyarrow as pa
+
+    tree: dict = {}
+    for reader in readers:
+        *outer, last = reader.path.steps
+        node = tree
+        for step in outer:
+            node = node.setdefault(step, {})
+            if not isinstance(node, dict):
+                return None
+        if last in node:
+            return None
+        type_ = reader.column.type.upper()
+        node[last] = pa.string() if type_ in ("TIMESTAMP", "DATE") else \
+            pa.int64() if pa.types.is_integer(reader.arrow) else reader.arrow
+
+    def fields(node: dict) -> list[pa.Field]:
+        return [pa.field(key, pa.struct(fields(value)) if isinstance(value, dict) else value)
+                for key, value in node.items()]
+    return pa.schema(fields(tree))
+
+
+def _arrow_read(texts: list[str], readers: list[_Reader], every_default: bool) -> pa.Table | None:
+    """Lines of keys only (`_arrow_readable`) read by pyarrow's JSON reader at once, when every line is an object
+    whose every value fits its column (in range, a time in the plain ISO form); None when one does not, and the batch
+    is typed by `_fast`/`_line`, which give the misfits their reasons. A nested key is read as a struct whose field
+    is taken out (`struct_field`): NULL where any object on its way is missing or null, as `_follow` reads it."""
     import io
 
     import pyarrow as pa
@@ -655,13 +684,13 @@ def _arrow_flat(texts: list[str], readers: list[_Reader], every_default: bool) -
         return None
     if data.startswith(b"\xef\xbb\xbf") or b"\n\xef\xbb\xbf" in data:
         return None  # a byte order mark: Spark's reader keeps the line without it
-    read_as = {r.path.steps[0]: pa.string() if r.column.type.upper() in ("TIMESTAMP", "DATE") else
-               pa.int64() if pa.types.is_integer(r.arrow) else r.arrow for r in readers}
-    if len(read_as) != len(readers):
-        return None  # two columns of one key
+    schema = _explicit_schema(readers)
+    if schema is None:
+        return None
     try:
+        # Unexpected keys raise at every depth, as a key given twice and a value of another JSON kind do.
         table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
-                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(read_as.items())),
+                             parse_options=pj.ParseOptions(explicit_schema=schema,
                                                            unexpected_field_behavior="error"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
@@ -669,7 +698,10 @@ def _arrow_flat(texts: list[str], readers: list[_Reader], every_default: bool) -
         return None
     columns = []
     for reader in readers:
-        array = table.column(reader.path.steps[0]).combine_chunks()
+        first, *inner = reader.path.steps
+        array = table.column(first).combine_chunks()
+        if inner:
+            array = pc.struct_field(array, inner)
         type_ = reader.column.type.upper()
         if pa.types.is_integer(reader.arrow):
             low, high = reader.rules.bounds or integer_range(type_)

@@ -88,10 +88,14 @@ def test_integers_wider_than_64_bits_are_read_exactly_within_what_their_decimal_
                        'column `w`: cannot read "-1" as UInt256']
 
 
-# ------------------------------------------------------------------------------------------------ flat batches
+# ------------------------------------------------------------------------------------------------ keys only
 _FLAT_COLUMNS = ["`s` String", "`n` Nullable(String)", "`b` Bool", "`i` Int64", "`u` UInt16", "`t` Int8 DEFAULT 7",
                  "`ts` DateTime", "`d` Date",
                  "`f` Float64", "`k` String `json:$.key`"]
+# Nested keys, as real datasources declare them: two columns under one object, a key with a space, three levels.
+_NESTED_COLUMNS = ["`path` String `json:$.req.path`", "`code` Nullable(UInt8) `json:$.req.code`",
+                   "`country` LowCardinality(Nullable(String)) `json:$['geo info'].country`",
+                   "`deep` Int32 `json:$.a.b.c` DEFAULT 3", "`when` DateTime `json:$.a.at`"]
 _FLAT_VALUES = {
     "s": st.one_of(st.text(max_size=6), st.integers(-3, 3), st.none()),
     "n": st.one_of(st.text(alphabet="ab\"\\é\u2028{}:", max_size=4), st.none()),
@@ -108,42 +112,63 @@ _FLAT_VALUES = {
 }
 
 
+def _object(fields: dict[str, st.SearchStrategy], odd: bool = True) -> st.SearchStrategy:
+    """An object of some of `fields` (at least one unless `odd`), or at times (`odd`) what is no such object: null,
+    a string, an array, an object with a key that is no column."""
+    some = st.lists(st.sampled_from(sorted(fields)), unique=True, min_size=0 if odd else 1).flatmap(
+        lambda keys: st.fixed_dictionaries({key: fields[key] for key in keys}))
+    return st.one_of(*[some] * 8, st.none(), st.sampled_from(["x", [1], {"other": 1}])) if odd else some
+
+
+def _nested_values(odd: bool) -> dict[str, st.SearchStrategy]:
+    """The nested columns' objects, their values of their kind or another (`odd`), or only values that fit."""
+    times = ["2024-05-01 10:00:00", "2024-05-01T10:00:00Z", None] + (["2024-02-30 00:00:00", "soon"] if odd else [])
+    return {
+        "req": _object({"path": st.one_of(st.text(max_size=4), *[st.integers(-3, 3)] * odd, st.none()),
+                        "code": st.one_of(st.integers(-2, 300) if odd else st.integers(0, 255),
+                                          st.sampled_from([None, "7", 1.5] if odd else [None]))}, odd),
+        "geo info": _object({"country": st.one_of(st.sampled_from(["ES", "", "é"]), st.none(),
+                                                  *[st.booleans()] * odd)}, odd),
+        "a": _object({"b": _object({"c": st.one_of(st.integers(-(2 ** 33), 2 ** 33) if odd else
+                                                   st.integers(-(2 ** 31), 2 ** 31 - 1), st.none())}, odd),
+                      "at": st.sampled_from(times)}, odd),
+    }
+
+
 @st.composite
-def _flat_line(draw: st.DrawFn) -> str:
-    """A flat line: some of the columns' keys with values of their kind or another (out of range, misfits), at
-    times a key that is no column, a key given twice, text that is not JSON or not an object."""
-    keys = draw(st.lists(st.sampled_from(sorted(_FLAT_VALUES)), unique=True))
-    event = {key: draw(_FLAT_VALUES[key]) for key in keys}
+def _flat_line(draw: st.DrawFn, values: dict[str, st.SearchStrategy] = _FLAT_VALUES, odd: bool = True) -> str:
+    """A line: some of the columns' keys (objects of nested keys too; all of them unless `odd`) with values of their
+    kind or another (out of range, misfits), at times (`odd`) a key that is no column, a key given twice, text that
+    is not JSON or not an object."""
+    keys = draw(st.lists(st.sampled_from(sorted(values)), unique=True, min_size=0 if odd else len(values)))
+    event = {key: draw(values[key]) for key in keys}
     line = json.dumps(event, ensure_ascii=draw(st.booleans()))
-    odd = draw(st.sampled_from(["", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty"]))
-    if odd == "extra":
+    oddity = draw(st.sampled_from(["", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty"])) \
+        if odd else ""
+    if oddity == "extra":
         line = line[:-1] + (', "other": 1}' if event else '"other": 1}')
-    elif odd == "twice" and event:
+    elif oddity == "twice" and event:
         line = line[:-1] + f', "{keys[0]}": null}}'
-    elif odd == "not json":
+    elif oddity == "not json":
         line = line[:-1]
-    elif odd == "array":
+    elif oddity == "array":
         line = f"[{line}]"
-    elif odd == "bom":
+    elif oddity == "bom":
         line = "\ufeff" + line
-    elif odd == "empty":
+    elif oddity == "empty":
         line = "{}"
     return line
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_flat_line(), min_size=1, max_size=8), st.integers(0, len(_FLAT_COLUMNS) - 1))
-def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line(lines: list[str], first: int):
-    """Flat batches (every column a top-level key of a type pyarrow's JSON reader reads) typed by the one path
-    `type_lines` picks for them equal the same lines typed without pyarrow's reader (`_fast`/`_line`): the same
-    table, the same kept lines, the same misfits and reasons, or both None."""
-    columns = _FLAT_COLUMNS[first:] + _FLAT_COLUMNS[:first]
+def _same_as_line_by_line(lines: list[str], columns: list[str]) -> None:
+    """`type_lines` of batches pyarrow's reader may read equals the same lines typed without it (`_fast`/`_line`):
+    the same table, the same kept lines, the same misfits and reasons, or both None."""
     source = datasource(columns)
     readers = jsonlines._readers(source, True, datetime.now(UTC))
-    assert jsonlines._flat(readers)
+    assert jsonlines._arrow_readable(readers)
     found = jsonlines.type_lines(lines, source, "UTC")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(jsonlines, "_flat", lambda readers: False)
+        patch.setattr(jsonlines, "_arrow_readable", lambda readers: False)
         expected = jsonlines.type_lines(lines, source, "UTC")
     if expected is None:
         assert found is None
@@ -154,17 +179,61 @@ def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line(lines: list[str]
     assert (found.kept, found.misfits) == (expected.kept, expected.misfits)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_flat_line(), min_size=1, max_size=8), st.integers(0, len(_FLAT_COLUMNS) - 1))
+def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line(lines: list[str], first: int):
+    """Flat batches (every column a top-level key of a type pyarrow's JSON reader reads) typed by the one path
+    `type_lines` picks for them are typed as line by line."""
+    _same_as_line_by_line(lines, _FLAT_COLUMNS[first:] + _FLAT_COLUMNS[:first])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_FLAT_COLUMNS[:-1]), unique=True, max_size=4), st.booleans(), st.data())
+def test_nested_batches_read_by_pyarrow_are_typed_as_line_by_line(flat: list[str], odd: bool, data: st.DataObject):
+    """Batches of nested keys (`$.req.path`, `$['geo info'].country`, `$.a.b.c`, beside some flat ones) read by
+    pyarrow's reader as structs are typed as line by line: missing or null objects on the way, objects of other
+    kinds, keys that are no column, misfits and DEFAULTs at any depth; half the batches (not `odd`) nested values
+    that fit, so that many are read by pyarrow."""
+    flat = flat if odd else []  # the flat columns' values misfit often
+    values = {**{column.split("`")[1]: _FLAT_VALUES[column.split("`")[1]] for column in flat}, **_nested_values(odd)}
+    lines = data.draw(st.lists(_flat_line(values, odd), min_size=1, max_size=8))
+    _same_as_line_by_line(lines, _NESTED_COLUMNS + flat)
+
+
 def test_a_flat_batch_that_fits_is_read_by_pyarrow_and_one_that_does_not_by_jsonlines():
     """The decision: a flat batch whose lines all fit is typed by pyarrow's reader; one out-of-range value sends the
     batch to the line-by-line typing, which quarantines that line with its reason."""
     source = datasource(["`s` String", "`u` UInt8", "`ts` DateTime"])
     readers = jsonlines._readers(source, True, datetime.now(UTC))
     lines = ['{"s": "a", "u": 1, "ts": "2024-05-01 10:00:00"}', '{"s": "b", "u": 2, "ts": "2024-05-01T11:00:00Z"}']
-    assert jsonlines._arrow_flat(lines, readers, False).to_pylist() == \
+    assert jsonlines._arrow_read(lines, readers, False).to_pylist() == \
         jsonlines.type_lines(lines, source, "UTC").rows.to_pylist()
     assert [row["u"] for row in jsonlines.type_lines(lines, source, "UTC").rows.to_pylist()] == [1, 2]
     misfit = [*lines, '{"s": "c", "u": 256, "ts": "2024-05-01 12:00:00"}']
-    assert jsonlines._arrow_flat(misfit, readers, False) is None
+    assert jsonlines._arrow_read(misfit, readers, False) is None
     typed_ = jsonlines.type_lines(misfit, source, "UTC")
     assert typed_.kept == [0, 1]
     assert [reason for _, _, reason in typed_.misfits] == ['column `u`: cannot read "256" as UInt8']
+
+
+def test_a_nested_batch_that_fits_is_read_by_pyarrow_and_one_that_does_not_by_jsonlines():
+    """Nested keys are read by pyarrow's reader as structs: a missing or null object on the way is a missing value
+    (its DEFAULT); one misfit at depth sends the batch line by line, which quarantines that line with its reason."""
+    source = datasource(["`path` String `json:$.req.path`", "`code` UInt8 `json:$.req.code`",
+                         "`deep` Int32 `json:$.a.b.c` DEFAULT 3", "`country` String `json:$['geo info'].country`"])
+    readers = jsonlines._readers(source, True, datetime.now(UTC))
+    lines = ['{"req": {"path": "/a", "code": 1}, "a": {"b": {"c": 9}}, "geo info": {"country": "ES"}}',
+             '{"req": {"path": "/b"}, "a": null, "geo info": {}}', '{"req": {"code": 2}, "a": {"b": {}}}']
+    read = jsonlines._arrow_read(lines, readers, False)
+    assert read is not None and read.to_pylist() == [
+        {"path": "/a", "code": 1, "deep": 9, "country": "ES"}, {"path": "/b", "code": 0, "deep": 3, "country": ""},
+        {"path": "", "code": 2, "deep": 3, "country": ""}]
+    assert jsonlines.type_lines(lines, source, "UTC").rows.equals(read)
+    misfit = [*lines, '{"req": {"path": "/c", "code": 256}}']
+    assert jsonlines._arrow_read(misfit, readers, False) is None
+    typed_ = jsonlines.type_lines(misfit, source, "UTC")
+    assert typed_.kept == [0, 1, 2]
+    assert [reason for _, _, reason in typed_.misfits] == ['column `code`: cannot read "256" as UInt8']
+    holding = datasource(["`req` String `json:$.req`", "`path` String `json:$.req.path`"])
+    assert jsonlines._explicit_schema(jsonlines._readers(holding, True, datetime.now(UTC))) is None, \
+        "a key that holds another column's is not read by pyarrow"
