@@ -19,6 +19,12 @@ the views built by one `Project.refresh()` (not timed here). Then, --repeats tim
            each are compared (integers exactly, floating values within 1e-9 relative).
   update   `UPDATE ... SET latency = latency + 1, bytes = bytes + 1` of 1% of the rows, then the same comparison.
 
+Before those, per repeat, the restated targets' narrow case: a DELETE of one hour's rows, which touches one group
+(0.14%) of a third view of the non-invertible kind, `hourly_peaks` (max(latency), HLL by hour: 720 groups at 30
+days); its incremental refresh against its rebuild. For the wide case (a change touching every group), each
+`recompute` refresh above is also set against one aggregation of the whole source by the view's query, written to
+Spark's `noop` sink (every group computed, nothing written).
+
 Finally `Project.delete("events", "user_id = ...")` of one more user, end to end (the DELETE and both views'
 incremental refresh, run at once). Ratios are rebuild / incremental of the same view in the same repeat.
 `--write` puts the results into docs/benchmarks.json (`retract`) and the section "Deletes and updates reaching
@@ -61,6 +67,14 @@ FROM events
 GROUP BY 1""", ("day",)),
 }
 KIND = {"hourly_status": "invertible (count, sum, avg)", "daily_peaks": "not invertible (max, HLL)"}
+# The restated targets (issue 35) for a view whose states cannot be subtracted:
+NARROW_TARGET = 20.0  # a change touching <= 1% of its groups: incremental >= 20x faster than a rebuild
+WIDE_TARGET = 1.2  # a change touching every group: incremental <= 1.2x one aggregation of the source
+# A view of the same kind as daily_peaks with enough groups (720 at 30 days) that one hour is 0.14% of them.
+NARROW_VIEW = ("hourly_peaks", """\
+SELECT date_trunc('hour', ts) AS hour, max(latency) AS latency_max, approx_count_distinct(user_id) AS users
+FROM events
+GROUP BY 1""", ("hour",))
 # A view joining `events` with a `users` table (one row per user: its country), both sides followed.
 USERS_DATASOURCE = """\
 SCHEMA >
@@ -91,7 +105,7 @@ def write_project(root: Path) -> None:
     (root / "pipeframe.yaml").write_text("name: retract_bench\n")
     (root / "datasources/events.datasource").write_text(EVENTS_DATASOURCE)
     (root / "datasources/users.datasource").write_text(USERS_DATASOURCE)
-    for name, (sql, _keys) in {**VIEWS, JOIN_VIEW[0]: JOIN_VIEW[1:]}.items():
+    for name, (sql, _keys) in {**VIEWS, JOIN_VIEW[0]: JOIN_VIEW[1:], NARROW_VIEW[0]: NARROW_VIEW[1:]}.items():
         body = "\n".join("    " + line for line in sql.splitlines())
         (root / f"pipes/{name}.pipe").write_text(f"NODE {name}\nSQL >\n{body}\nTYPE materialized\nDATASOURCE {name}\n")
 
@@ -123,7 +137,7 @@ def users(spark, gdpr_users: int):
 
 def view_rows(project, name: str) -> dict:
     """The view as its readers see it, keyed by its group keys."""
-    keys = VIEWS[name][1] if name in VIEWS else JOIN_VIEW[2]
+    keys = VIEWS[name][1] if name in VIEWS else {JOIN_VIEW[0]: JOIN_VIEW[2], NARROW_VIEW[0]: NARROW_VIEW[2]}[name]
     rows = project.query(f"SELECT * FROM {name}").collect()
     return {tuple(r[k] for k in keys): r.asDict() for r in rows}
 
@@ -186,6 +200,8 @@ def change(project, spark, source: str, kind: str, number: int) -> dict:
         record["views"][name] = {"incremental_s": round(inc_s, 3), "full_s": round(full_s, 3), "path": inc["path"],
                                  "rows_applied": inc["rows"], "groups": len(after_full),
                                  "check": "equal" if not diff else f"{len(diff)} differences: {diff[:5]}"}
+        if inc["path"] == "recompute":
+            record["views"][name]["aggregation_s"] = round(aggregation(spark, source, VIEWS[name][0]), 3)
         log(f"  {name}: incremental ({inc['path']}) {inc_s:.1f} s, rebuild {full_s:.1f} s, "
             f"{full_s / inc_s:.1f}x; views {'equal' if not diff else 'DIFFER: ' + '; '.join(diff[:3])}")
     return record
@@ -227,6 +243,41 @@ def end_to_end_delete(project, spark, source: str, number: int) -> dict:
     return out
 
 
+def aggregation(spark, source: str, sql: str) -> float:
+    """Seconds of one aggregation of the whole source by the view's query (every group computed, nothing
+    written: Spark's `noop` sink), the yardstick of a change that touches every group."""
+    spark.read.format("delta").load(source).createOrReplaceTempView("events")
+    try:
+        seconds, _ = timed(lambda: spark.sql(sql).write.format("noop").mode("overwrite").save())
+    finally:
+        spark.catalog.dropTempView("events")
+    return seconds
+
+
+def narrow_delete(project, spark, source: str, hour: int, first_ts: int) -> dict:
+    """A DELETE of the rows of one hour (one of NARROW_VIEW's groups), then its incremental refresh and its
+    rebuild, their rows compared; every other view is brought up to date afterwards, untimed."""
+    name = NARROW_VIEW[0]
+    start = first_ts + hour * 3600
+    where = f"ts >= timestamp_seconds({start}) AND ts < timestamp_seconds({start + 3600})"
+    seconds, answer = timed(lambda: spark.sql(f"DELETE FROM delta.`{source}` WHERE {where}").collect())
+    affected = int(answer[0][0]) if answer and len(answer[0]) else None
+    log(f"delete one hour ({where}): {affected:,} rows in {seconds:.1f} s")
+    if not affected:
+        raise SystemExit(f"no rows where {where}: the narrow case needs a change")
+    inc_s, inc = refresh_one(project, name, full=False)
+    after_inc = view_rows(project, name)
+    full_s, _full = refresh_one(project, name, full=True)
+    after_full = view_rows(project, name)
+    diff = differences(after_inc, after_full)
+    log(f"  {name}: incremental ({inc['path']}) {inc_s:.1f} s, rebuild {full_s:.1f} s, {full_s / inc_s:.1f}x; "
+        f"views {'equal' if not diff else 'DIFFER: ' + '; '.join(diff[:3])}")
+    project.refresh()
+    return {"where": where, "source_s": round(seconds, 3), "source_rows": affected, "incremental_s": round(inc_s, 3),
+            "full_s": round(full_s, 3), "path": inc["path"], "groups": len(after_full),
+            "check": "equal" if not diff else f"{len(diff)} differences: {diff[:5]}"}
+
+
 def summarize(changes: list[dict]) -> dict:
     """Per kind of change and view: incremental and rebuild seconds, the paired ratio, the paths taken."""
     out: dict = {}
@@ -242,6 +293,10 @@ def summarize(changes: list[dict]) -> dict:
                                     "full_over_incremental": ratio(full, inc),
                                     "paths": sorted({c["views"][name]["path"] for c in records}),
                                     "checks": sorted({c["views"][name]["check"] for c in records})}
+            aggregations = [c["views"][name].get("aggregation_s") for c in records]
+            if all(aggregations):
+                entry["views"][name]["aggregation_s"] = summary(aggregations)
+                entry["views"][name]["incremental_over_aggregation"] = ratio(inc, aggregations)
         both_inc = [sum(c["views"][n]["incremental_s"] for n in VIEWS) for c in records]
         both_full = [sum(c["views"][n]["full_s"] for n in VIEWS) for c in records]
         entry["both"] = {"incremental_s": summary(both_inc), "full_s": summary(both_full),
@@ -289,6 +344,15 @@ def run(rows: int, repeats: int, batches: int, keep: bool = False) -> dict:
                            "full_s": summary([j["full_s"] for j in joins]),
                            "full_over_incremental": ratio([j["full_s"] for j in joins],
                                                           [j["incremental_s"] for j in joins])}
+        # One hour each, spread over the rows' time range (hour 0 is START_EPOCH's), before the wide changes below.
+        hours = int(rows * SECONDS_PER_ROW // 3600)
+        narrow = [narrow_delete(project, spark, source, hours * (number + 1) // (repeats + 1),
+                                START_EPOCH // 3600 * 3600) for number in range(repeats)]
+        results["narrow"] = {"view": NARROW_VIEW[0], "sql": NARROW_VIEW[1], "changes": narrow,
+                             "incremental_s": summary([n["incremental_s"] for n in narrow]),
+                             "full_s": summary([n["full_s"] for n in narrow]),
+                             "full_over_incremental": ratio([n["full_s"] for n in narrow],
+                                                            [n["incremental_s"] for n in narrow])}
         changes = []
         for number in range(repeats):
             changes.append(change(project, spark, source, "delete", number))
@@ -296,7 +360,9 @@ def run(rows: int, repeats: int, batches: int, keep: bool = False) -> dict:
             changes.append(change(project, spark, source, "update", number))
         results["changes"] = changes
         results["summary"] = summarize(changes)
-        project.refresh(JOIN_VIEW[0])  # not timed: the deletes and updates above, so Project.delete finds it current
+        # not timed: the deletes and updates above, so Project.delete finds these views current
+        project.refresh(JOIN_VIEW[0])
+        project.refresh(NARROW_VIEW[0])
         results["project_delete"] = end_to_end_delete(project, spark, source, repeats)
         results["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
         return results
@@ -380,7 +446,37 @@ def section(results: dict) -> list[str]:
                      f"{report.spread(j['incremental_s'])} | {report.spread(j['full_s'])} | "
                      f"{report.ratio_text(j['full_over_incremental'])} | "
                      f"{'yes' if checks == ['equal'] else '**no**: ' + '; '.join(checks)} |")
+    n = results.get("narrow")
+    if n:
+        sql = " ".join(n["sql"].split())
+        lines += ["", (f"**A change touching few groups of a view that cannot subtract.** A fourth view, `{n['view']}` "
+                       f"({n['changes'][0]['groups']:,} groups): `{sql}`. Each repeat deletes the rows of one hour "
+                       "(`DELETE ... WHERE ts >= <hour> AND ts < <hour + 1 h>`, one group of the view, "
+                       f"{100 / n['changes'][0]['groups']:.2f}% of them; spread over the time range), before the changes above, then "
+                       "times the view's incremental refresh and its rebuild and compares their rows."),
+                  "", ("| change | view | path | source change (s) | incremental refresh (s) | rebuild `--full` (s) | "
+                  "rebuild / incremental | same rows |"), "|---|---|---|---|---|---|---|---|"]
+        checks = sorted({c["check"] for c in n["changes"]})
+        paths = ", ".join(sorted({f"`{c['path']}`" for c in n["changes"]}))
+        lines.append(f"| delete one hour | `{n['view']}` | {paths} | "
+                     f"{report.spread(summary([c['source_s'] for c in n['changes']]))} | "
+                     f"{report.spread(n['incremental_s'])} | {report.spread(n['full_s'])} | "
+                     f"{report.ratio_text(n['full_over_incremental'])} | "
+                     f"{'yes' if checks == ['equal'] else '**no**: ' + '; '.join(checks)} |")
     lines += ["", "| target | measured (median) | verdict |", "|---|---|---|"]
+    if n:
+        r = n["full_over_incremental"]
+        lines.append(f"| a change touching ≤ 1% of a non-invertible view's groups: incremental ≥ {NARROW_TARGET:g}x "
+                     f"faster than a rebuild (`{n['view']}`, one hour deleted) | {r['median']:.1f}x at {size} rows | "
+                     f"{report.verdict(r['median'] >= NARROW_TARGET)} |")
+    for kind, label in (("delete", "a delete of one user"), ("update", "an update of 1% of rows")):
+        for name, v in s.get(kind, {}).get("views", {}).items():
+            r = v.get("incremental_over_aggregation")
+            if r:
+                lines.append(f"| a change touching every group ({label}): incremental ≤ {WIDE_TARGET:g}x one "
+                             f"aggregation of the source (`{name}`; aggregation "
+                             f"{v['aggregation_s']['median']:.1f} s, Spark's `noop` sink) | {r['median']:.2f}x at "
+                             f"{size} rows | {report.verdict(r['median'] <= WIDE_TARGET)} |")
     delete = s.get("delete", {}).get("views", {})
     for name, v in delete.items():
         r = v["full_over_incremental"]
