@@ -226,6 +226,10 @@ class Lexer:
             self.sink.error("PF106", f"INCLUDE nested more than {MAX_INCLUDE_DEPTH} levels deep (a loop?).",
                             "Remove the INCLUDE that includes its own includer.", where)
             return []
+        if "\x00" in args[0]:  # no file system takes it (Python refuses the path outright)
+            self.sink.error("PF106", "The INCLUDE path contains a NUL character.",
+                            'Write INCLUDE "path/to/file.incl" with printable characters only.', where)
+            return []
         # Only files inside the project folder, by their real path: `..`, an absolute path or a symlink must
         # not splice in (and so reveal) files from elsewhere on the machine.
         candidates = (path.parent / args[0], self.root / args[0])

@@ -421,6 +421,7 @@ def test_unset_variable_inside_an_include_is_reported_in_the_include(tmp_path):
     ('INCLUDE "x.incl" "no-equals"', "INCLUDE argument `no-equals` is not of the form NAME=value."),
     ('INCLUDE "x.incl', "INCLUDE line cannot be read: No closing quotation."),
     ('INCLUDE "' + "a" * 300 + '.incl"', "Included file `" + "a" * 300 + ".incl` does not exist."),
+    ('INCLUDE "x\x00.incl"', "The INCLUDE path contains a NUL character."),
 ])
 def test_include_errors(tmp_path, include, message):
     resources, diags = load(tmp_path, {"p.pipe": f"{include}\nNODE a\nSQL >\n    SELECT 1\n", "x.incl": ""})
