@@ -53,6 +53,11 @@ DOCS = BENCH.parent / "docs"
 SECTION = "## Deletes and updates reaching views"
 TARGET = 20.0  # issue: an incremental refresh after a delete ≥ 20x faster than `refresh --full`
 TOLERANCE = 1e-9  # relative, for floating view values
+# approx_count_distinct's estimate of one group differs between two builds over differently laid-out files (the HLL
+# sketch's estimate depends on how the rows were split among the partial sketches merged; seen: 12,938 vs 12,957 after a DELETE rewrote a file):
+# compared within the sketch's error (lg_k 12: ~1.6% standard error), not exactly.
+APPROXIMATE = {"users"}
+HLL_TOLERANCE = 0.02
 SECONDS_PER_ROW = 30 * 86400 / 10_000_000  # 10M rows fill 30 days, as in scenario.py
 GDPR_SHARE = 1000  # user `gdpr<k>` owns the rows with pmod(id, 1000) = k: 0.1% of them, spread over all time
 
@@ -149,7 +154,9 @@ def differences(left: dict, right: dict) -> list[str]:
     for key in left.keys() & right.keys():
         for column, a in left[key].items():
             b = right[key][column]
-            if isinstance(a, float) and isinstance(b, float):
+            if column in APPROXIMATE:
+                same = math.isclose(a, b, rel_tol=HLL_TOLERANCE)
+            elif isinstance(a, float) and isinstance(b, float):
                 same = math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=0.0) or a == b
             else:
                 same = a == b
@@ -400,7 +407,7 @@ def section(results: dict) -> list[str]:
          "`Project.refresh(view)` (incremental, from Delta's change data feed; every outcome checked `applied`) and "
          "`Project.refresh(view, full=True)` (a rebuild of the view from the source, on the same data) are timed "
          "one after the other, and the view's rows read after each are compared (integers exactly, floating values "
-         f"within {TOLERANCE:g} relative). Delete: `DELETE ... WHERE user_id = 'gdpr<k>'`, one user per repeat; "
+         f"within {TOLERANCE:g} relative, HLL estimates within {HLL_TOLERANCE:.0%}). Delete: `DELETE ... WHERE user_id = 'gdpr<k>'`, one user per repeat; "
          "update: `UPDATE ... SET latency = latency + 1, bytes = bytes + 1` of 1% of the rows "
          f"(`pmod(hash(ts, user_id, endpoint, status), 100) = k`). {results['repeats']} repeat"
          f"{'s' if results['repeats'] != 1 else ''} of each; ratios are "
