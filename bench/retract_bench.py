@@ -53,9 +53,9 @@ DOCS = BENCH.parent / "docs"
 SECTION = "## Deletes and updates reaching views"
 TARGET = 20.0  # issue: an incremental refresh after a delete ≥ 20x faster than `refresh --full`
 TOLERANCE = 1e-9  # relative, for floating view values
-# approx_count_distinct's estimate of one group differs between two builds over differently laid-out files (the HLL
-# sketch's estimate depends on how the rows were split among the partial sketches merged; seen: 12,938 vs 12,957 after a DELETE rewrote a file):
-# compared within the sketch's error (lg_k 12: ~1.6% standard error), not exactly.
+# approx_count_distinct's estimate of one group differs between two builds over differently laid-out files (the
+# HLL estimate depends on how the rows were split among the partial sketches merged; seen: 12,938 vs 12,957 after a
+# DELETE rewrote a file): compared within the sketch's error (lg_k 12: ~1.6% standard error), not exactly.
 APPROXIMATE = {"users"}
 HLL_TOLERANCE = 0.02
 SECONDS_PER_ROW = 30 * 86400 / 10_000_000  # 10M rows fill 30 days, as in scenario.py
@@ -199,18 +199,9 @@ def change(project, spark, source: str, kind: str, number: int) -> dict:
                     "views": {}}
     log(f"{kind} {where}: {affected:,} rows in {seconds:.1f} s")
     for name in VIEWS:
-        inc_s, inc = refresh_one(project, name, full=False)
-        after_inc = view_rows(project, name)
-        full_s, _full = refresh_one(project, name, full=True)
-        after_full = view_rows(project, name)
-        diff = differences(after_inc, after_full)
-        record["views"][name] = {"incremental_s": round(inc_s, 3), "full_s": round(full_s, 3), "path": inc["path"],
-                                 "rows_applied": inc["rows"], "groups": len(after_full),
-                                 "check": "equal" if not diff else f"{len(diff)} differences: {diff[:5]}"}
-        if inc["path"] == "recompute":
-            record["views"][name]["aggregation_s"] = round(aggregation(spark, source, VIEWS[name][0]), 3)
-        log(f"  {name}: incremental ({inc['path']}) {inc_s:.1f} s, rebuild {full_s:.1f} s, "
-            f"{full_s / inc_s:.1f}x; views {'equal' if not diff else 'DIFFER: ' + '; '.join(diff[:3])}")
+        measured = record["views"][name] = incremental_and_rebuild(project, name)
+        if measured["path"] == "recompute":
+            measured["aggregation_s"] = round(aggregation(spark, source, VIEWS[name][0]), 3)
     return record
 
 
@@ -224,6 +215,12 @@ def dimension_update(project, spark, table: str, number: int) -> dict:
     seconds, answer = timed(lambda: spark.sql(sql).collect())
     affected = int(answer[0][0]) if answer and len(answer[0]) else None
     log(f"update users {where}: {affected:,} rows in {seconds:.1f} s")
+    return {"where": where, "source_s": round(seconds, 3), "source_rows": affected, **incremental_and_rebuild(
+        project, name)}
+
+
+def incremental_and_rebuild(project, name: str) -> dict:
+    """The view's incremental refresh, its rows, its rebuild, its rows again: times, path and whether they agree."""
     inc_s, inc = refresh_one(project, name, full=False)
     after_inc = view_rows(project, name)
     full_s, _full = refresh_one(project, name, full=True)
@@ -231,8 +228,8 @@ def dimension_update(project, spark, table: str, number: int) -> dict:
     diff = differences(after_inc, after_full)
     log(f"  {name}: incremental ({inc['path']}) {inc_s:.1f} s, rebuild {full_s:.1f} s, {full_s / inc_s:.1f}x; "
         f"views {'equal' if not diff else 'DIFFER: ' + '; '.join(diff[:3])}")
-    return {"where": where, "source_s": round(seconds, 3), "source_rows": affected, "incremental_s": round(inc_s, 3),
-            "full_s": round(full_s, 3), "path": inc["path"], "groups": len(after_full),
+    return {"incremental_s": round(inc_s, 3), "full_s": round(full_s, 3), "path": inc["path"],
+            "rows_applied": inc["rows"], "groups": len(after_full),
             "check": "equal" if not diff else f"{len(diff)} differences: {diff[:5]}"}
 
 
@@ -272,17 +269,9 @@ def narrow_delete(project, spark, source: str, hour: int, first_ts: int) -> dict
     log(f"delete one hour ({where}): {affected:,} rows in {seconds:.1f} s")
     if not affected:
         raise SystemExit(f"no rows where {where}: the narrow case needs a change")
-    inc_s, inc = refresh_one(project, name, full=False)
-    after_inc = view_rows(project, name)
-    full_s, _full = refresh_one(project, name, full=True)
-    after_full = view_rows(project, name)
-    diff = differences(after_inc, after_full)
-    log(f"  {name}: incremental ({inc['path']}) {inc_s:.1f} s, rebuild {full_s:.1f} s, {full_s / inc_s:.1f}x; "
-        f"views {'equal' if not diff else 'DIFFER: ' + '; '.join(diff[:3])}")
+    measured = incremental_and_rebuild(project, name)
     project.refresh()
-    return {"where": where, "source_s": round(seconds, 3), "source_rows": affected, "incremental_s": round(inc_s, 3),
-            "full_s": round(full_s, 3), "path": inc["path"], "groups": len(after_full),
-            "check": "equal" if not diff else f"{len(diff)} differences: {diff[:5]}"}
+    return {"where": where, "source_s": round(seconds, 3), "source_rows": affected, **measured}
 
 
 def summarize(changes: list[dict]) -> dict:
@@ -444,32 +433,16 @@ def section(results: dict) -> list[str]:
                        "repeat moves 1% of the users to another country (`UPDATE ... SET country = ... WHERE "
                        "pmod(hash(user_id), 100) = k` by plain Spark SQL, before the changes above), then times the "
                        "view's incremental refresh and its rebuild and compares their rows."),
-                  "", ("| change | view | path | source change (s) | incremental refresh (s) | rebuild `--full` (s) | "
-                  "rebuild / incremental | same rows |"), "|---|---|---|---|---|---|---|---|"]
-        checks = sorted({c["check"] for c in j["changes"]})
-        paths = ", ".join(sorted({f"`{c['path']}`" for c in j["changes"]}))
-        lines.append(f"| update 1% of `users` | `{j['view']}` | {paths} | "
-                     f"{report.spread(summary([c['source_s'] for c in j['changes']]))} | "
-                     f"{report.spread(j['incremental_s'])} | {report.spread(j['full_s'])} | "
-                     f"{report.ratio_text(j['full_over_incremental'])} | "
-                     f"{'yes' if checks == ['equal'] else '**no**: ' + '; '.join(checks)} |")
+                  *one_view_table("update 1% of `users`", j)]
     n = results.get("narrow")
     if n:
         sql = " ".join(n["sql"].split())
         lines += ["", (f"**A change touching few groups of a view that cannot subtract.** A fourth view, `{n['view']}` "
                        f"({n['changes'][0]['groups']:,} groups): `{sql}`. Each repeat deletes the rows of one hour "
                        "(`DELETE ... WHERE ts >= <hour> AND ts < <hour + 1 h>`, one group of the view, "
-                       f"{100 / n['changes'][0]['groups']:.2f}% of them; spread over the time range), before the changes above, then "
-                       "times the view's incremental refresh and its rebuild and compares their rows."),
-                  "", ("| change | view | path | source change (s) | incremental refresh (s) | rebuild `--full` (s) | "
-                  "rebuild / incremental | same rows |"), "|---|---|---|---|---|---|---|---|"]
-        checks = sorted({c["check"] for c in n["changes"]})
-        paths = ", ".join(sorted({f"`{c['path']}`" for c in n["changes"]}))
-        lines.append(f"| delete one hour | `{n['view']}` | {paths} | "
-                     f"{report.spread(summary([c['source_s'] for c in n['changes']]))} | "
-                     f"{report.spread(n['incremental_s'])} | {report.spread(n['full_s'])} | "
-                     f"{report.ratio_text(n['full_over_incremental'])} | "
-                     f"{'yes' if checks == ['equal'] else '**no**: ' + '; '.join(checks)} |")
+                       f"{100 / n['changes'][0]['groups']:.2f}% of them; spread over the time range), before the "
+                       "changes above, then times the view's incremental refresh and its rebuild and compares their rows."),
+                  *one_view_table("delete one hour", n)]
     lines += ["", "| target | measured (median) | verdict |", "|---|---|---|"]
     if n:
         r = n["full_over_incremental"]
@@ -496,6 +469,19 @@ def section(results: dict) -> list[str]:
                      f"rows | {report.verdict(r['median'] >= TARGET)} |")
     lines += ["", *explanation(results)]
     return lines
+
+
+def one_view_table(label: str, entry: dict) -> list[str]:
+    """The table of one view's repeated change (`entry`: its view, changes and summaries)."""
+    checks = sorted({c["check"] for c in entry["changes"]})
+    paths = ", ".join(sorted({f"`{c['path']}`" for c in entry["changes"]}))
+    return ["", ("| change | view | path | source change (s) | incremental refresh (s) | rebuild `--full` (s) | "
+                 "rebuild / incremental | same rows |"), "|---|---|---|---|---|---|---|---|",
+            (f"| {label} | `{entry['view']}` | {paths} | "
+             f"{report.spread(summary([c['source_s'] for c in entry['changes']]))} | "
+             f"{report.spread(entry['incremental_s'])} | {report.spread(entry['full_s'])} | "
+             f"{report.ratio_text(entry['full_over_incremental'])} | "
+             f"{'yes' if checks == ['equal'] else '**no**: ' + '; '.join(checks)} |")]
 
 
 def explanation(results: dict) -> list[str]:
