@@ -7,6 +7,7 @@ import logging
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -40,7 +41,13 @@ DIRECT_ROWS_AGGREGATED = 1_000_000
 # join (a view following a 1% update of a 100,000-row dimension joined with 10M rows: 4.3-6.7 s, broadcast 2.8-3.2 s).
 BROADCAST_ROWS = 100_000
 _CHECKPOINTING: set[str] = set()  # tables whose checkpoint a thread of `checkpoint_later` is writing
+_CHECKPOINTED: dict[str, float] = {}  # table -> when (monotonic) `checkpoint_later` last started one of it
 _CHECKPOINTS_GUARD = threading.Lock()
+# Group commits land up to tens of times a second, so every `delta.checkpointInterval` (10) commits came due several
+# times a second, and a checkpoint of a table of thousands of small files (one per group commit until `optimize`)
+# is a Spark job over all of them: back to back, they took a core. At most one per table this often instead: a
+# Spark reader then replays at most this many seconds of commits after the checkpoint.
+CHECKPOINT_SECONDS = 10.0
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ViewRecord = records.ViewCommit | records.PopulateChunk | records.CompactionRestore  # made by write_states
 # Rewrites a view follows from the change feed (retracting removed rows, adding new ones); after any other
@@ -452,7 +459,12 @@ def checkpoint(spark: SparkSession, path: str) -> bool:
     if is_connect(spark):
         return False
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
+    session = spark._jsparkSession  # type: ignore[attr-defined]
+    # Delta reads the JVM thread's active session while it rebuilds the snapshot it checkpoints. A Python thread of
+    # its own (`checkpoint_later`) runs on a JVM thread that may have none: every checkpoint then failed inside
+    # Delta, which logs and swallows it, and the log grew by one JSON commit per group commit with no checkpoint.
+    getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(session)
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, path)
     none = jvm.scala.Option.apply(None)
     delta_log.checkpoint(delta_log.update(False, none, none), none)
     return True
@@ -479,9 +491,11 @@ def checkpoint_later(spark: SparkSession, path: str) -> Callable[[int], None] | 
 
     def later(_version: int) -> None:
         with _CHECKPOINTS_GUARD:
-            if path in _CHECKPOINTING:
+            now = time.monotonic()
+            if path in _CHECKPOINTING or now - _CHECKPOINTED.get(path, -CHECKPOINT_SECONDS) < CHECKPOINT_SECONDS:
                 return
             _CHECKPOINTING.add(path)
+            _CHECKPOINTED[path] = now
         try:
             threading.Thread(target=run, daemon=False, name="pipeframe-checkpoint").start()
         except RuntimeError:  # no new thread (the interpreter is shutting down): the next checkpoint version asks

@@ -142,21 +142,51 @@ def test_files_are_skipped_on_their_bounds(spark, table_path):
             spark.sql(f"SELECT count(*) FROM {table} WHERE {condition}").collect()
 
 
-def test_a_commit_on_a_checkpoint_version_has_delta_write_the_checkpoint(spark, table_path):
+def test_a_commit_on_a_checkpoint_version_has_delta_write_the_checkpoint(spark, table_path, monkeypatch):
+    from pipeframe.engine import tables
+
+    monkeypatch.setattr(tables, "CHECKPOINT_SECONDS", 3600.0)  # no second checkpoint of a table within the hour
+    create(spark, table_path)
+    arrow = frame(spark, 0, 3).toArrow()
+    versions = []
+    for _ in range(22):
+        versions.append(deltaappend.append(table_path, arrow, None, tables.checkpoint_later(spark, table_path)))
+        for thread in threading.enumerate():
+            if thread.name == "pipeframe-checkpoint":
+                thread.join()
+    assert versions == list(range(1, 23)), "the checkpoint versions are committed here too"
+    checkpoints = [int(n[:20]) for n in os.listdir(os.path.join(table_path, "_delta_log"))
+                   if n.endswith(".checkpoint.parquet")]
+    # Version 10's checkpoint was written (by Delta, of the version it found: 10 here, each one awaited); version 20
+    # came due within CHECKPOINT_SECONDS of it, and was left to the next one due after them.
+    assert checkpoints == [10]
+    assert spark.read.format("delta").load(table_path).count() == 66
+
+
+def test_a_checkpoint_asked_from_a_thread_without_an_active_session_is_written(spark, table_path):
+    """A server's request threads run on JVM threads with no active Spark session, where Delta's checkpoint failed
+    inside Delta, which swallows the error: no checkpoint was ever written while the server ingested."""
     from pipeframe.engine import tables
 
     create(spark, table_path)
     arrow = frame(spark, 0, 3).toArrow()
-    versions = [deltaappend.append(table_path, arrow, None, tables.checkpoint_later(spark, table_path))
-                for _ in range(12)]
-    assert versions == list(range(1, 13)), "the checkpoint version is committed here too"
-    for thread in threading.enumerate():
-        if thread.name == "pipeframe-checkpoint":
-            thread.join()
-    checkpoints = [int(n[:20]) for n in os.listdir(os.path.join(table_path, "_delta_log"))
-                   if n.endswith(".checkpoint.parquet")]
-    assert checkpoints and max(checkpoints) >= 10, "Delta wrote a checkpoint of a version from 10 on"
-    assert spark.read.format("delta").load(table_path).count() == 36
+    for _ in range(3):
+        deltaappend.append(table_path, arrow)
+    assert tables.checkpoint(spark, table_path)  # this thread has its session: Delta reads from this checkpoint on
+    for _ in range(3):
+        deltaappend.append(table_path, arrow)
+    written: list[bool] = []
+
+    def without_a_session() -> None:
+        getattr(spark.sparkContext._jvm, "org.apache.spark.sql.classic.SparkSession").clearActiveSession()
+        written.append(tables.checkpoint(spark, table_path))
+
+    thread = threading.Thread(target=without_a_session)
+    thread.start()
+    thread.join()
+    assert written == [True]
+    assert os.path.exists(os.path.join(table_path, "_delta_log", f"{6:020d}.checkpoint.parquet"))
+    assert spark.read.format("delta").load(table_path).count() == 18
 
 
 def test_sparks_writes_checkpoints_and_rewrites_follow_direct_appends(spark, table_path):
