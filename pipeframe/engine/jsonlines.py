@@ -6,8 +6,8 @@ the few whose numbers must be read as written); each column's `json:` path is fo
 `$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
 `get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
 A batch of keys only (every column a key at any depth, `$.a.b` too, of a type pyarrow's JSON reader reads as here)
-whose every line fits is read by pyarrow's reader at once (`_arrow_read`); any other batch, or one with a misfit,
-as follows.
+is read by pyarrow's reader (`_arrow_read`): the lines it refuses, and those with a value that does not fit or that
+might be read otherwise, are left out of the read and typed one by one (`_line`); any other batch as follows.
 The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
 (`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
 the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
@@ -19,6 +19,7 @@ session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it,
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -37,6 +38,7 @@ from pipeframe.engine.generated import UTC_ZONES  # session time zones that read
 from pipeframe.engine.ingest import DECIMAL_TEXT, MAX_NESTING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
     from pipeframe.datafiles.model import Column, Datasource
@@ -586,12 +588,11 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     try:
         readers = _readers(datasource, time_zone in UTC_ZONES, datetime.now(UTC))
         every_default = all(r.column.default is not None for r in readers)
-        if time_zone in UTC_ZONES and _arrow_readable(readers):  # the one place that picks pyarrow's JSON reader
-            table = _arrow_read(texts, readers, every_default)
-            if table is not None:
-                return Typed(table, list(range(len(texts))), [])
         # Plain times are read in UTC: in another session time zone every line is read by `_line`.
-        fast, slow = _fast(texts, readers, every_default) if time_zone in UTC_ZONES else (None, range(len(texts)))
+        read = _arrow_read(texts, readers, every_default) if time_zone in UTC_ZONES and _arrow_readable(readers) \
+            else None  # the one place that picks pyarrow's JSON reader
+        fast, slow = read if read is not None else _fast(texts, readers, every_default) \
+            if time_zone in UTC_ZONES else (None, range(len(texts)))
         columns: list[list] = [[] for _ in readers]
         kept, misfits = [], []
         for index in slow:
@@ -618,14 +619,12 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
 
 
 # ------------------------------------------------------------------------------------------------ keys only
-# Spark types pyarrow's JSON reader reads as jsonlines does when it reads them at all: a value of another JSON kind,
-# a fraction for an integer, a key given twice, a key not a column, a lone surrogate, text after the object each
-# make it raise (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings first.
+# Spark types pyarrow's JSON reader reads as jsonlines does where it reads them at all: a value of another JSON kind,
+# a key given twice (at any depth, unknown keys too), a line that is not one object, a lone surrogate each make it
+# raise, naming the line (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings,
+# integers as int64, floats and decimals as doubles, then checked and converted column by column (`_arrow_column`).
 _ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "TIMESTAMP", "DATE")
-# Where a DOUBLE column might be sent an integer of 2**53 or more (`_fast_column` reads it otherwise) or a number
-# with an exponent: 16 digits in a row not after a point (a fraction's digits are exact to pyarrow), or an
-# exponent, anywhere in the batch (strings included: it only costs speed) sends it the other way.
-_LONG_OR_EXPONENT = r"(^|[^0-9.])[0-9]{16}|[0-9][eE]"  # RE2 (pyarrow): many times quicker than `re` here
+_ERROR_ROW = re.compile(r" in row ([0-9]+)$")  # where pyarrow's reader says which line it could not read
 
 
 def _arrow_readable(readers: list[_Reader]) -> bool:
@@ -635,10 +634,19 @@ def _arrow_readable(readers: list[_Reader]) -> bool:
                and r.column.type.upper() in _ARROW_READS for r in readers)
 
 
+def _read_as(reader: _Reader) -> pa.DataType:
+    """The type pyarrow's reader reads a column's value as (`_arrow_column` converts it to the column's)."""
+    import pyarrow as pa
+
+    type_ = reader.column.type.upper()
+    if type_ in ("TIMESTAMP", "DATE"):
+        return pa.string()
+    return pa.int64() if pa.types.is_integer(reader.arrow) else reader.arrow
+
+
 def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
-    """The schema pyarrow's reader reads the lines with: each column's keys as nested structs down to its value,
-    read as a string (times and dates) or an int64 (every integer); None when two columns read one key, or one
-    column's key holds another's (`$.a` and `$.a.b`)."""
+    """The schema pyarrow's reader reads the lines with: each column's keys as nested structs down to its value
+    (`_read_as`); None when two columns read one key, or one column's key holds another's (`$.a` and `$.a.b`)."""
     import pyarrow as pa
 
     tree: dict = {}
@@ -651,9 +659,7 @@ def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
                 return None
         if last in node:
             return None
-        type_ = reader.column.type.upper()
-        node[last] = pa.string() if type_ in ("TIMESTAMP", "DATE") else \
-            pa.int64() if pa.types.is_integer(reader.arrow) else reader.arrow
+        node[last] = _read_as(reader)
 
     def fields(node: dict) -> list[pa.Field]:
         return [pa.field(key, pa.struct(fields(value)) if isinstance(value, dict) else value)
@@ -661,64 +667,190 @@ def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
     return pa.schema(fields(tree))
 
 
-def _arrow_read(texts: list[str], readers: list[_Reader], every_default: bool) -> pa.Table | None:
-    """Lines of keys only (`_arrow_readable`) read by pyarrow's JSON reader at once, when every line is an object
-    whose every value fits its column (in range, a time in the plain ISO form); None when one does not, and the batch
-    is typed by `_fast`/`_line`, which give the misfits their reasons. A nested key is read as a struct whose field
-    is taken out (`struct_field`): NULL where any object on its way is missing or null, as `_follow` reads it."""
+def _arrow_read(texts: list[str], readers: list[_Reader],
+                every_default: bool) -> tuple[tuple[pa.Table, list[int]] | None, list[int]] | None:
+    """Lines of keys only (`_arrow_readable`) read by pyarrow's JSON reader, as `_fast` answers: the rows of the
+    lines that fit with their indexes, and the indexes of the others, left to `_line` (misfits, their reasons, the
+    rare spellings); None when the batch cannot be read so (then `_fast` types it). A line the reader refuses is
+    left out and the lines around it read again (`_segments`); a value that does not fit, or that `_line` might read
+    otherwise, leaves its own line to `_line` (`_arrow_column`)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = _explicit_schema(readers)
+    if schema is None or not texts:
+        return None
+    try:
+        encoded = [text.encode("utf-8") for text in texts]
+    except UnicodeEncodeError:
+        return None  # a lone surrogate: `_line` tells
+    # A byte order mark (Spark's reader keeps the line without it), a line nested deeper than Jackson reads.
+    slow = [index for index, text in enumerate(texts) if text.startswith("\ufeff") or
+            len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING]
+    segments, refused = _segments(encoded, slow, schema)
+    slow += refused
+    columns: list[list[pa.Array]] = [[] for _ in readers]
+    kept: list[int] = []
+    for start, table in segments:
+        count = table.num_rows
+        bad = _odd_numbers(table)
+        parsed = _parsed(encoded[start:start + count], bad) if any(r.column.type.upper().startswith("MAP<")
+                                                                    for r in readers) else None
+        arrays = []
+        for reader in readers:
+            if reader.column.type.upper().startswith("MAP<"):
+                found = _fast_column([reader.get(value) for value in parsed], reader)
+                if found is None:
+                    return None
+                array, odd = found
+                bad[odd] = True
+            else:
+                first, *inner = reader.path.steps
+                array = table.column(first).combine_chunks()
+                array, odd = _arrow_column(pc.struct_field(array, inner) if inner else array, reader)
+                bad |= odd
+            arrays.append(array)
+        missing = np.logical_and.reduce([array.is_null().to_numpy(zero_copy_only=False) for array in arrays])
+        if not every_default:
+            bad |= missing  # `_line` gives the reason: none of the datasource's columns
+        keep = pa.array(~bad)
+        for column, array in zip(columns, arrays, strict=True):
+            column.append(array.filter(keep))
+        slow += (np.flatnonzero(bad) + start).tolist()
+        kept += (np.flatnonzero(~bad) + start).tolist()
+    if not kept:
+        return None, sorted(slow)
+    # Rows with none of the columns were left to `_line` above: every row kept takes its DEFAULTs.
+    return (_table(readers, [pa.concat_arrays(column) for column in columns], True), kept), sorted(slow)
+
+
+def _segments(encoded: list[bytes], slow: list[int], schema: pa.Schema) -> tuple[list[tuple[int, pa.Table]], list[int]]:
+    """The lines read by pyarrow's reader in runs between those in `slow`: each run read at once, one row per line,
+    with its first line's index; and the lines the reader refused. A run the reader refuses is read again without
+    the line its error names, or (an error naming none: a fraction for an integer...) in halves, down to the line."""
     import io
 
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    if not texts:
+    bounds = [-1, *sorted(slow), len(encoded)]
+    pending = [(low + 1, high) for low, high in itertools.pairwise(bounds) if high > low + 1]
+    read, refused = [], []
+    while pending:
+        low, high = pending.pop()
+        if low >= high:
+            continue
+        data = b"\n".join(encoded[low:high])
+        try:
+            table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(use_threads=False,
+                                                                               block_size=len(data) + 1),
+                                 parse_options=pj.ParseOptions(explicit_schema=schema,
+                                                               unexpected_field_behavior="infer"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            row = _ERROR_ROW.search(str(error))
+            table, row = None, int(row.group(1)) if row else None
+        if table is not None and table.num_rows == high - low:
+            read.append((low, table))
+            continue
+        # A line of two values (Spark reads the first) counts two rows: the error's row may be off, which only
+        # sends a line that fits to `_line` as well.
+        if row is not None and row < high - low and table is None:
+            refused.append(low + row)
+            pending += [(low, low + row), (low + row + 1, high)]
+        elif high - low == 1:
+            refused.append(low)
+        else:
+            middle = (low + high) // 2
+            pending += [(low, middle), (middle, high)]
+    return [(low, table) for low, table in sorted(read, key=lambda found: found[0])], refused
+
+
+def _parsed(encoded: list[bytes], bad: np.ndarray) -> list[object]:
+    """The lines parsed by orjson, for the columns pyarrow's reader does not give as `_line` reads them (a Map's
+    keys in the order sent): a line orjson refuses, or that is no object, marked in `bad`."""
+    parsed: list[object] = []
+    for index, line in enumerate(encoded):
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            value = None
+        if type(value) is not dict:
+            bad[index] = True
+            value = {}
+        parsed.append(value)
+    return parsed
+
+
+def _odd_numbers(table: pa.Table) -> np.ndarray:
+    """The rows holding a NaN or an infinity at any depth, in any key (unknown ones too): pyarrow's reader takes
+    the literals NaN and Infinity, which are no JSON (`_line` leaves such a line to Spark); a JSON number never reads
+    as either (one too large for a double is refused)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def odd(array: pa.Array) -> np.ndarray | None:
+        kind = array.type
+        if pa.types.is_floating(kind):
+            return pc.invert(pc.is_finite(array)).fill_null(False).to_numpy(zero_copy_only=False)
+        if pa.types.is_struct(kind):
+            found = [odd(pc.struct_field(array, [i])) for i in range(kind.num_fields)]
+            found = [f for f in found if f is not None]
+            return np.logical_or.reduce(found) if found else None
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+            inner = odd(array.flatten())
+            if inner is None or not inner.any():
+                return None
+            rows = np.zeros(len(array), bool)
+            rows[pc.list_parent_indices(array).to_numpy()[inner]] = True
+            return rows
         return None
+
+    rows = np.zeros(table.num_rows, bool)
+    for column in table.columns:
+        found = odd(column.combine_chunks())
+        if found is not None:
+            rows |= found
+    return rows
+
+
+def _arrow_column(array: pa.Array, reader: _Reader) -> tuple[pa.Array, np.ndarray]:
+    """A column as pyarrow's reader read it (`_read_as`) converted to the column's type, and the rows whose value
+    does not fit or might be read otherwise by `_line` (NULL in the array): an integer out of the type's or
+    ClickHouse's range, a time or date not in the plain ISO form, a Float64 sent as an integer of 2**53 or more or
+    as -0 (`_line` reads `0.0`), a Float32 `_line` leaves to Spark..."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    type_ = reader.column.type.upper()
+    none = np.zeros(len(array), bool)
+    if type_ in ("STRING", "BOOLEAN"):
+        return array, none
+    if pa.types.is_integer(reader.arrow):
+        low, high = reader.rules.bounds or integer_range(type_)
+        out = pc.or_(pc.less(array, low), pc.greater(array, high)).fill_null(False)
+        return pc.if_else(out, pa.scalar(None, pa.int64()), array).cast(reader.arrow), \
+            out.to_numpy(zero_copy_only=False)
+    if type_ == "DOUBLE":
+        doubles = array.to_numpy(zero_copy_only=False)  # NULL as NaN
+        with np.errstate(invalid="ignore"):
+            odd = (np.abs(doubles) >= 2.0 ** 53) | ((doubles == 0) & np.signbit(doubles))
+        return array, odd
+    # TIMESTAMP, DATE: strings in the plain ISO form, others left to `_line`.
+    plain = pc.match_substring_regex(array, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
+    odd = pc.invert(plain.fill_null(True))
+    texts = pc.if_else(odd, pa.scalar(None, pa.string()), array)
     try:
-        data = "\n".join(texts).encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    if any(r.column.type.upper() == "DOUBLE" for r in readers) and \
-            pc.any(pc.match_substring_regex(pa.array([data], pa.large_binary()).cast(pa.large_string()),
-                                            _LONG_OR_EXPONENT)).as_py():
-        return None
-    if data.startswith(b"\xef\xbb\xbf") or b"\n\xef\xbb\xbf" in data:
-        return None  # a byte order mark: Spark's reader keeps the line without it
-    schema = _explicit_schema(readers)
-    if schema is None:
-        return None
-    try:
-        # Unexpected keys raise at every depth, as a key given twice and a value of another JSON kind do.
-        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
-                             parse_options=pj.ParseOptions(explicit_schema=schema,
-                                                           unexpected_field_behavior="error"))
+        converted = texts.cast(pa.date32()) if type_ == "DATE" else \
+            pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if table.num_rows != len(texts):
-        return None
-    columns = []
-    for reader in readers:
-        first, *inner = reader.path.steps
-        array = table.column(first).combine_chunks()
-        if inner:
-            array = pc.struct_field(array, inner)
-        type_ = reader.column.type.upper()
-        if pa.types.is_integer(reader.arrow):
-            low, high = reader.rules.bounds or integer_range(type_)
-            if array.null_count < len(array) and (pc.min(array).as_py() < low or pc.max(array).as_py() > high):
-                return None
-            array = array.cast(reader.arrow)
-        elif type_ in ("TIMESTAMP", "DATE"):
-            plain = pc.match_substring_regex(array, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
-            if not pc.all(plain).as_py() in (True, None):
-                return None
-            try:
-                array = array.cast(pa.date32()) if type_ == "DATE" else \
-                    pc.utf8_rtrim(array, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                return None
-        columns.append(array)
-    return _table(readers, columns, every_default)
+        # A plain spelling of no day (a 30th of February, an hour 24): pyarrow does not say which, `_line` does.
+        values = [None if text is None else reader.read(text) for text in texts.to_pylist()]
+        converted = pa.array(values, reader.arrow)
+        odd = pc.or_(odd, pc.and_(pc.is_valid(texts), pc.is_null(converted)))
+    return converted, odd.to_numpy(zero_copy_only=False)
 
 
 def _table(readers: list[_Reader], arrays: list[pa.Array], every_default: bool) -> pa.Table | None:

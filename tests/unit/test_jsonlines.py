@@ -4,6 +4,7 @@ a review found typed otherwise than Spark types them. tests/spark/test_ingest_on
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -160,9 +161,10 @@ def _flat_line(draw: st.DrawFn, values: dict[str, st.SearchStrategy] = _FLAT_VAL
     return line
 
 
-def _same_as_line_by_line(lines: list[str], columns: list[str]) -> None:
+def _same_as_line_by_line(lines: list[str], columns: list[str], counts: Counter) -> None:
     """`type_lines` of batches pyarrow's reader may read equals the same lines typed without it (`_fast`/`_line`):
-    the same table, the same kept lines, the same misfits and reasons, or both None."""
+    the same table, the same kept lines, the same misfits and reasons, or both None. `counts` adds up the batches
+    and lines typed, those pyarrow's reader typed, and the batches with misfits where it typed the other lines."""
     source = datasource(columns)
     readers = jsonlines._readers(source, True, datetime.now(UTC))
     assert jsonlines._arrow_readable(readers)
@@ -172,67 +174,103 @@ def _same_as_line_by_line(lines: list[str], columns: list[str]) -> None:
         expected = jsonlines.type_lines(lines, source, "UTC")
     if expected is None:
         assert found is None
+        counts["batches left to Spark"] += 1
         return
     assert found is not None
     assert found.rows.equals(expected.rows), (found.rows.to_pylist(), expected.rows.to_pylist())
     assert found.rows.schema == expected.rows.schema
     assert (found.kept, found.misfits) == (expected.kept, expected.misfits)
+    read = jsonlines._arrow_read([line for line in lines if line.strip()], readers,
+                                 all(r.column.default is not None for r in readers))
+    by_arrow = len(read[0][1]) if read is not None and read[0] is not None else 0
+    counts.update({"batches typed": 1, "lines typed": len(found.kept) + len(found.misfits),
+                   "rows": len(found.kept), "rows typed by pyarrow's reader": by_arrow,
+                   "batches with misfits": bool(found.misfits),
+                   "batches with misfits, other lines by pyarrow's reader": bool(found.misfits) and by_arrow > 0})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_flat_line(), min_size=1, max_size=8), st.integers(0, len(_FLAT_COLUMNS) - 1))
-def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line(lines: list[str], first: int):
+def _took_pyarrow(counts: Counter, name: str) -> None:
+    """The reader took a real share: a third of the rows typed, and of the batches with misfits."""
+    print(name, dict(counts))
+    assert counts["rows typed by pyarrow's reader"] >= counts["rows"] / 3
+    assert counts["batches with misfits, other lines by pyarrow's reader"] >= counts["batches with misfits"] / 3
+
+
+def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line():
     """Flat batches (every column a top-level key of a type pyarrow's JSON reader reads) typed by the one path
     `type_lines` picks for them are typed as line by line."""
-    _same_as_line_by_line(lines, _FLAT_COLUMNS[first:] + _FLAT_COLUMNS[:first])
+    counts: Counter = Counter()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(_flat_line(), min_size=1, max_size=8), st.integers(0, len(_FLAT_COLUMNS) - 1))
+    def check(lines: list[str], first: int) -> None:
+        _same_as_line_by_line(lines, _FLAT_COLUMNS[first:] + _FLAT_COLUMNS[:first], counts)
+    check()
+    _took_pyarrow(counts, "flat")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(_FLAT_COLUMNS[:-1]), unique=True, max_size=4), st.booleans(), st.data())
-def test_nested_batches_read_by_pyarrow_are_typed_as_line_by_line(flat: list[str], odd: bool, data: st.DataObject):
+def test_nested_batches_read_by_pyarrow_are_typed_as_line_by_line():
     """Batches of nested keys (`$.req.path`, `$['geo info'].country`, `$.a.b.c`, beside some flat ones) read by
     pyarrow's reader as structs are typed as line by line: missing or null objects on the way, objects of other
     kinds, keys that are no column, misfits and DEFAULTs at any depth; half the batches (not `odd`) nested values
     that fit, so that many are read by pyarrow."""
-    flat = flat if odd else []  # the flat columns' values misfit often
-    values = {**{column.split("`")[1]: _FLAT_VALUES[column.split("`")[1]] for column in flat}, **_nested_values(odd)}
-    lines = data.draw(st.lists(_flat_line(values, odd), min_size=1, max_size=8))
-    _same_as_line_by_line(lines, _NESTED_COLUMNS + flat)
+    counts: Counter = Counter()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.sampled_from(_FLAT_COLUMNS[:-1]), unique=True, max_size=4), st.booleans(), st.data())
+    def check(flat: list[str], odd: bool, data: st.DataObject) -> None:
+        flat = flat if odd else []  # the flat columns' values misfit often
+        values = {**{column.split("`")[1]: _FLAT_VALUES[column.split("`")[1]] for column in flat},
+                  **_nested_values(odd)}
+        lines = data.draw(st.lists(_flat_line(values, odd), min_size=1, max_size=8))
+        _same_as_line_by_line(lines, _NESTED_COLUMNS + flat, counts)
+    check()
+    _took_pyarrow(counts, "nested")
 
 
-def test_a_flat_batch_that_fits_is_read_by_pyarrow_and_one_that_does_not_by_jsonlines():
-    """The decision: a flat batch whose lines all fit is typed by pyarrow's reader; one out-of-range value sends the
-    batch to the line-by-line typing, which quarantines that line with its reason."""
+def test_a_flat_batch_is_read_by_pyarrow_and_its_misfits_alone_by_jsonlines():
+    """The decision: a flat batch's lines are typed by pyarrow's reader; an out-of-range value, a line that is not
+    JSON or not an object, a fraction for an integer send only their own lines to the line-by-line typing, which
+    quarantines them with their reasons."""
     source = datasource(["`s` String", "`u` UInt8", "`ts` DateTime"])
     readers = jsonlines._readers(source, True, datetime.now(UTC))
     lines = ['{"s": "a", "u": 1, "ts": "2024-05-01 10:00:00"}', '{"s": "b", "u": 2, "ts": "2024-05-01T11:00:00Z"}']
-    assert jsonlines._arrow_read(lines, readers, False).to_pylist() == \
-        jsonlines.type_lines(lines, source, "UTC").rows.to_pylist()
-    assert [row["u"] for row in jsonlines.type_lines(lines, source, "UTC").rows.to_pylist()] == [1, 2]
-    misfit = [*lines, '{"s": "c", "u": 256, "ts": "2024-05-01 12:00:00"}']
-    assert jsonlines._arrow_read(misfit, readers, False) is None
-    typed_ = jsonlines.type_lines(misfit, source, "UTC")
-    assert typed_.kept == [0, 1]
-    assert [reason for _, _, reason in typed_.misfits] == ['column `u`: cannot read "256" as UInt8']
+    (read, kept), slow = jsonlines._arrow_read(lines, readers, False)
+    assert (kept, slow) == ([0, 1], [])
+    assert read.equals(jsonlines.type_lines(lines, source, "UTC").rows)
+    assert [row["u"] for row in read.to_pylist()] == [1, 2]
+    misfits = ['{"s": "c", "u": 256, "ts": "2024-05-01 12:00:00"}', '{not json', '[1]', '{"u": 1.5}',
+               '{"s": "d", "ts": "2024-02-30 00:00:00"}', '{"s": NaN}', '{"s": "e", "z": Infinity}']
+    batch = [lines[0], *misfits, lines[1]]
+    (read, kept), slow = jsonlines._arrow_read(batch, readers, False)
+    assert (kept, slow) == ([0, len(batch) - 1], list(range(1, len(batch) - 1)))
+    typed_ = jsonlines.type_lines(batch[:-3] + batch[-1:], source, "UTC")  # NaN, Infinity: Spark's way (None)
+    assert jsonlines.type_lines(batch, source, "UTC") is None
+    assert typed_.kept == [0, 6]
+    assert [reason for _, _, reason in typed_.misfits] == [
+        'column `u`: cannot read "256" as UInt8', "line is not valid JSON", "line is JSON but not an object",
+        'column `u`: cannot read "1.5" as UInt8', 'column `ts`: cannot read "2024-02-30 00:00:00" as DateTime']
 
 
-def test_a_nested_batch_that_fits_is_read_by_pyarrow_and_one_that_does_not_by_jsonlines():
+def test_a_nested_batch_is_read_by_pyarrow_and_its_misfits_alone_by_jsonlines():
     """Nested keys are read by pyarrow's reader as structs: a missing or null object on the way is a missing value
-    (its DEFAULT); one misfit at depth sends the batch line by line, which quarantines that line with its reason."""
+    (its DEFAULT); a misfit at depth sends its own line to the line-by-line typing, which quarantines it."""
     source = datasource(["`path` String `json:$.req.path`", "`code` UInt8 `json:$.req.code`",
                          "`deep` Int32 `json:$.a.b.c` DEFAULT 3", "`country` String `json:$['geo info'].country`"])
     readers = jsonlines._readers(source, True, datetime.now(UTC))
     lines = ['{"req": {"path": "/a", "code": 1}, "a": {"b": {"c": 9}}, "geo info": {"country": "ES"}}',
              '{"req": {"path": "/b"}, "a": null, "geo info": {}}', '{"req": {"code": 2}, "a": {"b": {}}}']
-    read = jsonlines._arrow_read(lines, readers, False)
-    assert read is not None and read.to_pylist() == [
+    (read, kept), slow = jsonlines._arrow_read(lines, readers, False)
+    assert (kept, slow) == ([0, 1, 2], [])
+    assert read.to_pylist() == [
         {"path": "/a", "code": 1, "deep": 9, "country": "ES"}, {"path": "/b", "code": 0, "deep": 3, "country": ""},
         {"path": "", "code": 2, "deep": 3, "country": ""}]
     assert jsonlines.type_lines(lines, source, "UTC").rows.equals(read)
-    misfit = [*lines, '{"req": {"path": "/c", "code": 256}}']
-    assert jsonlines._arrow_read(misfit, readers, False) is None
+    misfit = [lines[0], '{"req": {"path": "/c", "code": 256}}', *lines[1:]]
+    (read, kept), slow = jsonlines._arrow_read(misfit, readers, False)
+    assert (kept, slow) == ([0, 2, 3], [1])
     typed_ = jsonlines.type_lines(misfit, source, "UTC")
-    assert typed_.kept == [0, 1, 2]
+    assert typed_.kept == [0, 2, 3]
     assert [reason for _, _, reason in typed_.misfits] == ['column `code`: cannot read "256" as UInt8']
     holding = datasource(["`req` String `json:$.req`", "`path` String `json:$.req.path`"])
     assert jsonlines._explicit_schema(jsonlines._readers(holding, True, datetime.now(UTC))) is None, \
