@@ -5,9 +5,10 @@ A group commit typed here needs no Spark job at all. Lines are parsed by orjson 
 the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
 `$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
 `get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
-A batch of keys only (every column a key at any depth, `$.a.b` too, of a type pyarrow's JSON reader reads as here)
-is read by pyarrow's reader (`_arrow_read`): the lines it refuses, and those with a value that does not fit or that
-might be read otherwise, are left out of the read and typed one by one (`_line`); any other batch as follows.
+A batch of keys only (every column a key at any depth, `$.a.b` too, or a whole array `[:]`; of a type read as here:
+`_arrow_readable`) is read by pyarrow's reader (`_arrow_read`; a map's values from orjson): the lines it refuses,
+and those with a value that does not fit or that might be read otherwise, are left out of the read and typed one by
+one (`_line`); any other batch as follows.
 The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
 (`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
 the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
@@ -623,24 +624,44 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
 # a key given twice (at any depth, unknown keys too), a line that is not one object, a lone surrogate each make it
 # raise, naming the line (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings,
 # integers as int64, floats and decimals as doubles, then checked and converted column by column (`_arrow_column`).
-_ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "TIMESTAMP", "DATE")
+_ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "TIMESTAMP", "DATE")
+_ARROW_ELEMENTS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE")  # of arrays, of maps' values
 _ERROR_ROW = re.compile(r" in row ([0-9]+)$")  # where pyarrow's reader says which line it could not read
+READ_LINES = 1000  # lines pyarrow's reader reads at once (`_segments`)
+# `_decimal` reads a double on a decimal's grid below 10**(_DOUBLE_DIGITS - scale) as its shortest spelling.
+_DOUBLE_DIGITS = 14
 
 
 def _arrow_readable(readers: list[_Reader]) -> bool:
-    """Whether every column is a key (at any depth: `$.a`, `$.a.b`, `$['a b'].c`) of a type pyarrow's JSON reader
-    types as `_line` does."""
-    return all(r.path.steps and all(isinstance(step, str) for step in r.path.steps) and not r.path.whole_array
-               and r.column.type.upper() in _ARROW_READS for r in readers)
+    """Whether every column is a key (at any depth: `$.a`, `$.a.b`, `$['a b'].c`; a whole array `[:]`) of a type
+    pyarrow's JSON reader and `_arrow_column` type as `_line` does: String, Bool, integers, Float32/64, Decimal(P, S)
+    of a scale up to _DOUBLE_DIGITS, below its precision, times and dates, arrays of and maps (String keys) to Strings,
+    Bools, integers and Float64s."""
+    def readable(spark_type: str) -> bool:
+        decimal = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", spark_type)
+        if decimal:
+            return int(decimal.group(2)) < int(decimal.group(1)) and int(decimal.group(2)) <= _DOUBLE_DIGITS
+        shape = re.fullmatch(r"(ARRAY<|MAP<STRING,)(.+)>", spark_type)
+        return spark_type in _ARROW_READS or shape is not None and shape.group(2) in _ARROW_ELEMENTS
+    return all(r.path.steps and all(isinstance(step, str) for step in r.path.steps) and
+               readable(r.column.type.upper()) for r in readers)
 
 
 def _read_as(reader: _Reader) -> pa.DataType:
-    """The type pyarrow's reader reads a column's value as (`_arrow_column` converts it to the column's)."""
+    """The type pyarrow's reader reads a column's value as (`_arrow_column` converts it to the column's): times and
+    dates as strings, integers as int64, Float32 and decimals as doubles (`_decimal` reads a JSON number from its
+    double too), a map as an object of any keys (its values come from orjson: `_arrow_read`)."""
     import pyarrow as pa
 
     type_ = reader.column.type.upper()
     if type_ in ("TIMESTAMP", "DATE"):
         return pa.string()
+    if type_ == "FLOAT" or type_.startswith("DECIMAL"):
+        return pa.float64()
+    if type_.startswith("MAP<"):
+        return pa.struct([])
+    if type_.startswith("ARRAY<") and pa.types.is_integer(reader.arrow.value_type):
+        return pa.list_(pa.int64())
     return pa.int64() if pa.types.is_integer(reader.arrow) else reader.arrow
 
 
@@ -686,43 +707,45 @@ def _arrow_read(texts: list[str], readers: list[_Reader],
     except UnicodeEncodeError:
         return None  # a lone surrogate: `_line` tells
     # A byte order mark (Spark's reader keeps the line without it), a line nested deeper than Jackson reads.
-    slow = [index for index, text in enumerate(texts) if text.startswith("\ufeff") or
-            len(text) > MAX_NESTING and text.count("{") + text.count("[") > MAX_NESTING]
+    unread = np.array([text.startswith("\ufeff") or len(text) > MAX_NESTING and
+                       text.count("{") + text.count("[") > MAX_NESTING for text in texts], bool)
+    maps = [at for at, r in enumerate(readers) if r.column.type.upper().startswith("MAP<")]
+    # Map columns are read from orjson's parse of each line, which also leaves out the lines that are no JSON
+    # object before pyarrow's reader meets them.
+    values = dict(zip(maps, _map_values(encoded, [readers[at] for at in maps], unread) if maps else [],
+                      strict=True))
+    slow = np.flatnonzero(unread).tolist()
     segments, refused = _segments(encoded, slow, schema)
     slow += refused
-    columns: list[list[pa.Array]] = [[] for _ in readers]
-    kept: list[int] = []
-    for start, table in segments:
-        count = table.num_rows
-        bad = _odd_numbers(table)
-        parsed = _parsed(encoded[start:start + count], bad) if any(r.column.type.upper().startswith("MAP<")
-                                                                    for r in readers) else None
-        arrays = []
-        for reader in readers:
-            if reader.column.type.upper().startswith("MAP<"):
-                found = _fast_column([reader.get(value) for value in parsed], reader)
-                if found is None:
-                    return None
-                array, odd = found
-                bad[odd] = True
-            else:
-                first, *inner = reader.path.steps
-                array = table.column(first).combine_chunks()
-                array, odd = _arrow_column(pc.struct_field(array, inner) if inner else array, reader)
-                bad |= odd
-            arrays.append(array)
-        missing = np.logical_and.reduce([array.is_null().to_numpy(zero_copy_only=False) for array in arrays])
-        if not every_default:
-            bad |= missing  # `_line` gives the reason: none of the datasource's columns
-        keep = pa.array(~bad)
-        for column, array in zip(columns, arrays, strict=True):
-            column.append(array.filter(keep))
-        slow += (np.flatnonzero(bad) + start).tolist()
-        kept += (np.flatnonzero(~bad) + start).tolist()
+    if not segments:
+        return None, sorted(slow)
+    rows = np.concatenate([np.arange(start, start + table.num_rows) for start, table in segments])  # their lines
+    bad = np.concatenate([_odd_numbers(table) for _, table in segments])
+    arrays = []
+    for at, reader in enumerate(readers):
+        if at in values:
+            found = _fast_column([values[at][row] for row in rows], reader)
+            if found is None:
+                return None
+            array, odd = found
+            bad[odd] = True
+        else:
+            # Each run's own: the structs on the way hold the unknown keys of that run's lines.
+            first, *inner = reader.path.steps
+            found = [table.column(first).combine_chunks() for _, table in segments]
+            array = pa.concat_arrays([pc.struct_field(part, inner) for part in found] if inner else found)
+            array, odd = _arrow_column(array, reader)
+            bad |= odd
+        arrays.append(array)
+    if not every_default:  # `_line` gives the reason: none of the datasource's columns
+        bad |= np.logical_and.reduce([array.is_null().to_numpy(zero_copy_only=False) for array in arrays])
+    slow += rows[bad].tolist()
+    kept = rows[~bad].tolist()
     if not kept:
         return None, sorted(slow)
+    keep = pa.array(~bad)
     # Rows with none of the columns were left to `_line` above: every row kept takes its DEFAULTs.
-    return (_table(readers, [pa.concat_arrays(column) for column in columns], True), kept), sorted(slow)
+    return (_table(readers, [array.filter(keep) for array in arrays], True), kept), sorted(slow)
 
 
 def _segments(encoded: list[bytes], slow: list[int], schema: pa.Schema) -> tuple[list[tuple[int, pa.Table]], list[int]]:
@@ -735,7 +758,9 @@ def _segments(encoded: list[bytes], slow: list[int], schema: pa.Schema) -> tuple
     import pyarrow.json as pj
 
     bounds = [-1, *sorted(slow), len(encoded)]
-    pending = [(low + 1, high) for low, high in itertools.pairwise(bounds) if high > low + 1]
+    # Runs of at most READ_LINES: the reader scans all its input again after each line it refuses.
+    pending = [(start, min(start + READ_LINES, high)) for low, high in itertools.pairwise(bounds)
+               for start in range(low + 1, high, READ_LINES)]
     read, refused = [], []
     while pending:
         low, high = pending.pop()
@@ -766,10 +791,11 @@ def _segments(encoded: list[bytes], slow: list[int], schema: pa.Schema) -> tuple
     return [(low, table) for low, table in sorted(read, key=lambda found: found[0])], refused
 
 
-def _parsed(encoded: list[bytes], bad: np.ndarray) -> list[object]:
-    """The lines parsed by orjson, for the columns pyarrow's reader does not give as `_line` reads them (a Map's
-    keys in the order sent): a line orjson refuses, or that is no object, marked in `bad`."""
-    parsed: list[object] = []
+def _map_values(encoded: list[bytes], readers: list[_Reader], bad: np.ndarray) -> list[list]:
+    """The values of map columns, from the lines parsed by orjson (pyarrow's reader reads an object as a struct of
+    the keys of every line, not in each line's order), one list per reader: a line orjson refuses, or that is no
+    object, marked in `bad`. Only the maps are kept: the lines' other objects are freed as soon as read."""
+    found: list[list] = [[] for _ in readers]
     for index, line in enumerate(encoded):
         try:
             value = orjson.loads(line)
@@ -778,8 +804,9 @@ def _parsed(encoded: list[bytes], bad: np.ndarray) -> list[object]:
         if type(value) is not dict:
             bad[index] = True
             value = {}
-        parsed.append(value)
-    return parsed
+        for values, reader in zip(found, readers, strict=True):
+            values.append(reader.get(value))
+    return found
 
 
 def _odd_numbers(table: pa.Table) -> np.ndarray:
@@ -817,9 +844,10 @@ def _odd_numbers(table: pa.Table) -> np.ndarray:
 
 def _arrow_column(array: pa.Array, reader: _Reader) -> tuple[pa.Array, np.ndarray]:
     """A column as pyarrow's reader read it (`_read_as`) converted to the column's type, and the rows whose value
-    does not fit or might be read otherwise by `_line` (NULL in the array): an integer out of the type's or
-    ClickHouse's range, a time or date not in the plain ISO form, a Float64 sent as an integer of 2**53 or more or
-    as -0 (`_line` reads `0.0`), a Float32 `_line` leaves to Spark..."""
+    does not fit or might be read otherwise by `_line` (left to it): an integer out of the type's or ClickHouse's
+    range, a time or date not in the plain ISO form, a Float64 sent as an integer of 2**53 or more or as -0 (`_line`
+    reads `0.0`), a Float32 `_line` leaves to Spark, a decimal off its grid or too large for its double to be exact,
+    an array's integer out of range or Float64 -0."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -829,15 +857,29 @@ def _arrow_column(array: pa.Array, reader: _Reader) -> tuple[pa.Array, np.ndarra
     if type_ in ("STRING", "BOOLEAN"):
         return array, none
     if pa.types.is_integer(reader.arrow):
-        low, high = reader.rules.bounds or integer_range(type_)
-        out = pc.or_(pc.less(array, low), pc.greater(array, high)).fill_null(False)
+        out = _out_of_range(array, reader.rules.bounds or integer_range(type_))
         return pc.if_else(out, pa.scalar(None, pa.int64()), array).cast(reader.arrow), \
             out.to_numpy(zero_copy_only=False)
-    if type_ == "DOUBLE":
+    if type_.startswith("ARRAY<"):
+        elements, rows = array.flatten(), pc.list_parent_indices(array).to_numpy()
+        if pa.types.is_integer(reader.arrow.value_type):
+            out = _out_of_range(elements, reader.rules.element_bounds or integer_range(type_[6:-1]))
+            odd = out.to_numpy(zero_copy_only=False)
+        else:
+            odd = _not_as_sent(elements.to_numpy(zero_copy_only=False)) if type_ == "ARRAY<DOUBLE>" else \
+                np.zeros(len(elements), bool)
+        bad = none.copy()
+        bad[rows[odd]] = True
+        return array.cast(reader.arrow, safe=False), bad  # an element out of range: its row is left to `_line`
+    if type_ in ("DOUBLE", "FLOAT") or type_.startswith("DECIMAL"):
         doubles = array.to_numpy(zero_copy_only=False)  # NULL as NaN
-        with np.errstate(invalid="ignore"):
-            odd = (np.abs(doubles) >= 2.0 ** 53) | ((doubles == 0) & np.signbit(doubles))
-        return array, odd
+        valid = ~np.isnan(doubles)
+        odd = _not_as_sent(doubles)
+        if type_ == "DOUBLE":
+            return array, odd & valid
+        if type_ == "FLOAT":
+            return array.cast(pa.float32(), safe=False), (odd | _float32_unsure(doubles)) & valid
+        return _decimal_column(doubles, valid, reader)
     # TIMESTAMP, DATE: strings in the plain ISO form, others left to `_line`.
     plain = pc.match_substring_regex(array, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
     odd = pc.invert(plain.fill_null(True))
@@ -847,10 +889,59 @@ def _arrow_column(array: pa.Array, reader: _Reader) -> tuple[pa.Array, np.ndarra
             pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # A plain spelling of no day (a 30th of February, an hour 24): pyarrow does not say which, `_line` does.
-        values = [None if text is None else reader.read(text) for text in texts.to_pylist()]
-        converted = pa.array(values, reader.arrow)
+        converted = pa.array([None if text is None else reader.read(text) for text in texts.to_pylist()],
+                             reader.arrow)
         odd = pc.or_(odd, pc.and_(pc.is_valid(texts), pc.is_null(converted)))
     return converted, odd.to_numpy(zero_copy_only=False)
+
+
+def _out_of_range(array: pa.Array, bounds: tuple[int, int]) -> pa.BooleanArray:
+    import pyarrow.compute as pc
+
+    return pc.or_(pc.less(array, bounds[0]), pc.greater(array, bounds[1])).fill_null(False)
+
+
+def _not_as_sent(doubles: np.ndarray) -> np.ndarray:
+    """Doubles pyarrow read that `_line` may read otherwise: an integer of 2**53 or more (`_floating` leaves it to
+    Spark; orjson and pyarrow read a fraction alike) and -0 (orjson's integer 0)."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        return (np.abs(doubles) >= 2.0 ** 53) | ((doubles == 0) & np.signbit(doubles))
+
+
+def _float32_unsure(doubles: np.ndarray) -> np.ndarray:
+    """Doubles whose Float32 `_floating` does not give (a misfit, or Spark's way): beyond Float32's range, below its
+    normal range, or on a rounding tie (rounding twice may differ from Java's once)."""
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrow = doubles.astype(np.float32)
+        scaled = np.frexp(doubles)[0] * 33554432.0
+        return (np.isinf(narrow) & np.isfinite(doubles)) | ((doubles != 0) & (np.abs(doubles) < 1.2e-38)) | \
+            ((narrow != doubles) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1))
+
+
+def _decimal_column(doubles: np.ndarray, valid: np.ndarray, reader: _Reader) -> tuple[pa.Array, np.ndarray]:
+    """A Decimal(P, S) column from the doubles of its JSON numbers, as `_decimal` reads one: a double that is the
+    nearest to a value on the grid (k / 10**S) below 10**(14 - S) is exactly that value (its shortest spelling has
+    at most 15 digits); any other (off the grid: rounded by Spark from the text; larger: the text may hold more
+    digits than the double; beyond P digits or the type's range: a misfit) is left to `_line`."""
+    import numpy as np
+    import pyarrow as pa
+
+    precision, scale = reader.arrow.precision, reader.arrow.scale
+    with np.errstate(invalid="ignore", over="ignore"):
+        units = np.rint(doubles * 10.0 ** scale)
+        fits = (units / 10.0 ** scale == doubles) & (np.abs(doubles) < 10.0 ** (_DOUBLE_DIGITS - scale)) & \
+            (np.abs(units) < 10.0 ** precision)
+        if reader.rules.bounds is not None:
+            fits &= (doubles >= reader.rules.bounds[0]) & (doubles <= reader.rules.bounds[1])
+    fits &= valid
+    whole = np.where(fits, units, 0).astype(np.int64)
+    # The units as a Decimal(38, 0), seen as Decimal(P, S): the same 128-bit integers, S digits after the point.
+    array = pa.array(whole, pa.int64(), mask=~fits).cast(pa.decimal128(38, 0)).view(reader.arrow)
+    return array, valid & ~fits
 
 
 def _table(readers: list[_Reader], arrays: list[pa.Array], every_default: bool) -> pa.Table | None:
@@ -925,7 +1016,6 @@ def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | 
     the indexes of those lines; None when which lines failed cannot be told."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     type_ = reader.column.type.upper()
     integer = pa.types.is_integer(reader.arrow)
@@ -956,34 +1046,10 @@ def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | 
         clean = [None if i in odd_lines else v for i, v in enumerate(values)] if bad else values
         if type_ in ("STRING", "BOOLEAN"):
             return pa.array(clean, reader.arrow), bad
-        if integer:
-            array = pa.array(clean, pa.int64())
-            low, high = reader.rules.bounds or integer_range(type_)
-            out = pc.or_(pc.less(array, low), pc.greater(array, high))
-            bad += np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False)).tolist()
-            return pc.if_else(out.fill_null(False), pa.scalar(None, pa.int64()), array).cast(reader.arrow), bad
-        if type_ in ("DOUBLE", "FLOAT"):
-            array = pa.array(clean, pa.float64())
-            if type_ == "DOUBLE":
-                return array, bad
-            doubles = array.to_numpy(zero_copy_only=False)
-            with np.errstate(over="ignore", invalid="ignore"):
-                narrow = doubles.astype(np.float32)
-                scaled = np.frexp(doubles)[0] * 33554432.0
-                odd = (np.isinf(narrow) & np.isfinite(doubles)) | ((doubles != 0) & (np.abs(doubles) < 1.2e-38)) | \
-                    ((narrow != doubles) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1))
-            bad += np.flatnonzero(odd & ~np.isnan(doubles)).tolist()
-            return array.cast(pa.float32(), safe=False), bad
-        texts = pa.array(clean, pa.string())
-        plain = pc.match_substring_regex(texts, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
-        odd = pc.invert(plain.fill_null(True))
-        bad += np.flatnonzero(odd.to_numpy(zero_copy_only=False)).tolist()
-        texts = pc.if_else(odd, pa.scalar(None, pa.string()), texts)
-        if type_ == "DATE":
-            return texts.cast(pa.date32()), bad
-        return pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC")), bad
+        array, odd = _arrow_column(pa.array(clean, _read_as(reader)), reader)
+        return array, bad + np.flatnonzero(odd).tolist()
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-        return None  # e.g. a 30th of February in the plain form: which line, pyarrow does not say
+        return None  # e.g. an integer beyond 64 bits: which line, pyarrow does not say
 
 
 def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, str | None]:
