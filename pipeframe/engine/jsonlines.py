@@ -767,20 +767,21 @@ def _segments(encoded: list[bytes], slow: list[int], schema: pa.Schema) -> tuple
         if low >= high:
             continue
         data = b"\n".join(encoded[low:high])
+        table, row = None, None
         try:
             table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(use_threads=False,
                                                                                block_size=len(data) + 1),
                                  parse_options=pj.ParseOptions(explicit_schema=schema,
                                                                unexpected_field_behavior="infer"))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-            row = _ERROR_ROW.search(str(error))
-            table, row = None, int(row.group(1)) if row else None
+            named = _ERROR_ROW.search(str(error))
+            row = int(named.group(1)) if named else None
         if table is not None and table.num_rows == high - low:
             read.append((low, table))
             continue
         # A line of two values (Spark reads the first) counts two rows: the error's row may be off, which only
         # sends a line that fits to `_line` as well.
-        if row is not None and row < high - low and table is None:
+        if row is not None and row < high - low:
             refused.append(low + row)
             pending += [(low, low + row), (low + row + 1, high)]
         elif high - low == 1:

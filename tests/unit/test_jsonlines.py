@@ -4,6 +4,7 @@ a review found typed otherwise than Spark types them. tests/spark/test_ingest_on
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -140,14 +141,15 @@ def _nested_values(odd: bool) -> dict[str, st.SearchStrategy]:
 def _flat_line(draw: st.DrawFn, values: dict[str, st.SearchStrategy] = _FLAT_VALUES, odd: bool = True) -> str:
     """A line: some of the columns' keys (objects of nested keys too; all of them unless `odd`) with values of their
     kind or another (out of range, misfits), at times (`odd`) a key that is no column, a key given twice, text that
-    is not JSON or not an object."""
+    is not JSON or not an object, two objects, a NaN or Infinity literal (no JSON: pyarrow's reader takes them)."""
     keys = draw(st.lists(st.sampled_from(sorted(values)), unique=True, min_size=0 if odd else len(values)))
     event = {key: draw(values[key]) for key in keys}
     line = json.dumps(event, ensure_ascii=draw(st.booleans()))
-    oddity = draw(st.sampled_from(["", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty"])) \
-        if odd else ""
-    if oddity == "extra":
-        line = line[:-1] + (', "other": 1}' if event else '"other": 1}')
+    oddity = draw(st.sampled_from(["", "", "", "", "", "", "extra", "twice", "not json", "array", "bom", "empty",
+                                   "two values", "nan"])) if odd else ""
+    if oddity in ("extra", "nan"):
+        other = '"other": 1' if oddity == "extra" else draw(st.sampled_from(['"z": NaN', '"z": [-Infinity]']))
+        line = line[:-1] + (f", {other}}}" if event else f"{other}}}")
     elif oddity == "twice" and event:
         line = line[:-1] + f', "{keys[0]}": null}}'
     elif oddity == "not json":
@@ -158,6 +160,8 @@ def _flat_line(draw: st.DrawFn, values: dict[str, st.SearchStrategy] = _FLAT_VAL
         line = "\ufeff" + line
     elif oddity == "empty":
         line = "{}"
+    elif oddity == "two values":
+        line = f"{line} {line}"
     return line
 
 
@@ -319,3 +323,110 @@ def test_a_weblogs_batch_is_read_by_pyarrow_but_for_its_misfits():
     assert (first["price"], second["price"], first["latency_ms"], second["tags"], second["retries"]) == \
         (Decimal("19.99"), Decimal("5.00"), 12.25, [], 2)
     assert first["attrs"] == [("ua", "Mozilla/5.0"), ("ref", "r1")] and second["user_id"] is None
+
+
+# ------------------------------------------------------------------------------------------------ every type
+_RAW = "@@"  # a value drawn as "@@<text>@@" lands in the line as the JSON number <text>, spelled as drawn
+_NUMBERS = st.sampled_from(["1.005", "0.125", "2.675", "1e2", "1E-3", "-0", "-0.0", "0.1000000000000000055511151231",
+                            "123456789012345678.25", "99999999.99", "100000000", "1.5e300", "4.9e-324", "1e400",
+                            "9007199254740993", "18446744073709551616", "3.4028235677973366e38", "1.401298464e-45"])
+_INTEGERS = st.one_of(st.integers(-(2 ** 65), 2 ** 65), st.integers(-300, 70000), st.sampled_from([True, "12", 1.5]))
+
+
+def _floats(single: bool) -> st.SearchStrategy:
+    return st.one_of(st.floats(width=32 if single else 64), st.integers(-(2 ** 60), 2 ** 60),
+                     st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["2.5", True, [1.5]]))
+
+
+def _decimals(precision: int, scale: int) -> st.SearchStrategy:
+    grid = st.integers(-(10 ** min(precision, 17)), 10 ** min(precision, 17)).map(
+        lambda units: units / 10 ** scale if scale else units)
+    return st.one_of(grid, st.decimals(places=scale + 1, allow_nan=False, allow_infinity=False).map(float),
+                     st.sampled_from(["12.5", " 3 ", "x", True]))
+
+
+_TIMES = st.sampled_from(["2024-05-01 10:00:00", "2024-05-01 10:00:00.123", "2024-05-01T10:00:00.123456Z",
+                          "2024-05-01T10:00:00.1234567", "2024-05-01 10:00:00+02:00", "2024-02-30 00:00:00",
+                          "2024-05-01 24:00:00", "2024-05-01", "yesterday", 1714557600])
+_ELEMENTS = {"String": st.one_of(st.text(max_size=3), st.none(), st.integers(0, 2)),
+             "UInt8": st.one_of(st.integers(-2, 300), st.none()), "Int64": st.integers(-(2 ** 64), 2 ** 64),
+             "Float64": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-3, 3)),
+             "Bool": st.one_of(st.booleans(), st.sampled_from([1, "true"]))}
+
+
+@st.composite
+def _typed_column(draw: st.DrawFn, at: int) -> tuple[str, str, st.SearchStrategy]:
+    """A column of any type pyarrow's reader takes (`_arrow_readable`): its type as written, the key its line holds
+    it at, and its values (of its kind, of others, out of range, off their grid, raw number spellings)."""
+    kind = draw(st.sampled_from(["int", "float32", "float64", "decimal", "time", "date", "uuid", "string", "bool",
+                                 "array", "map"]))
+    if kind == "int":
+        written = draw(st.sampled_from([f"{sign}Int{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64, 128)]))
+        values = _INTEGERS
+    elif kind in ("float32", "float64"):
+        written, values = ("Float32", _floats(True)) if kind == "float32" else ("Float64", _floats(False))
+    elif kind == "decimal":
+        precision = draw(st.integers(1, 38))
+        scale = draw(st.integers(0, min(precision - 1, 14)))
+        written, values = f"Decimal({precision}, {scale})", _decimals(precision, scale)
+    elif kind == "time":
+        written = draw(st.sampled_from(["DateTime", "DateTime('UTC')", "DateTime64(3)", "DateTime64(3, 'UTC')",
+                                        "DateTime64(6, 'Asia/Tokyo')"]))
+        values = _TIMES
+    elif kind == "date":
+        written, values = draw(st.sampled_from(["Date", "Date32"])), \
+            st.sampled_from(["2024-05-01", "2024-13-01", "0999-01-01", "2024-05-01 10:00:00", 20240501])
+    elif kind == "uuid":
+        written, values = "UUID", st.one_of(st.uuids().map(str), st.integers(0, 9))
+    elif kind == "string":
+        written, values = "String", st.one_of(st.text(max_size=5), st.integers(-3, 3), st.booleans(), st.floats())
+    elif kind == "bool":
+        written, values = "Bool", st.one_of(st.booleans(), st.sampled_from([0, 1, 2, "yes", "x"]))
+    else:
+        element = draw(st.sampled_from(sorted(_ELEMENTS)))
+        if kind == "array":
+            written = f"Array({element})"
+            values = st.one_of(st.lists(_ELEMENTS[element], max_size=3), st.sampled_from(["x", {"a": 1}]))
+        else:
+            written = f"Map(String, {element})"
+            values = st.one_of(st.dictionaries(st.sampled_from(["a", "b", "c d", "é"]), _ELEMENTS[element],
+                                               max_size=3), st.sampled_from(["x", [1]]))
+    values = st.one_of(values, st.none(), _NUMBERS.map(lambda text: f"{_RAW}{text}{_RAW}"))
+    if kind not in ("array", "map") and draw(st.booleans()):
+        written = draw(st.sampled_from([f"Nullable({written})", f"LowCardinality({written})",
+                                        f"LowCardinality(Nullable({written}))"])) \
+            if kind in ("string", "uuid", "int") else f"Nullable({written})"
+    nested = draw(st.booleans())
+    path = f"$.n.c{at}" if nested else f"$.c{at}[:]" if kind == "array" and draw(st.booleans()) else f"$.c{at}"
+    default = " DEFAULT 7" if kind == "int" and "Nullable" not in written and draw(st.booleans()) else ""
+    return f"`c{at}` {written} `json:{path}`{default}", ("n" if nested else f"c{at}"), values
+
+
+@st.composite
+def _typed_batch(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+    """Random columns of every type and wrapper (some under one object `n`), and lines of them (`_flat_line`: keys
+    missing, values of other kinds, lines that are no JSON or no object, keys given twice...)."""
+    columns = [draw(_typed_column(at)) for at in range(draw(st.integers(1, 5)))]
+    nested = {f"c{at}": values for at, (_, key, values) in enumerate(columns) if key == "n"}
+    values = {key: values for _, key, values in columns if key != "n"}
+    if nested:
+        values["n"] = _object(nested)
+    lines = draw(st.lists(_flat_line(values), min_size=1, max_size=8))
+    raw = re.compile(f'"{_RAW}(.*?){_RAW}"')
+    return [column for column, _, _ in columns], [raw.sub(lambda found: found.group(1), line) for line in lines]
+
+
+def test_batches_of_every_type_read_by_pyarrow_are_typed_as_line_by_line():
+    """Random schemas of every type and wrapper pyarrow's reader takes (integers of every width, Float32/64,
+    Decimal(P, S), times with a precision and a zone, dates, UUID, Bool, arrays (`[:]` too) and maps, Nullable,
+    LowCardinality, DEFAULTs, nested keys) and random lines with misfits: the same rows, kept lines and quarantine
+    reasons as line by line, and the reader types a real share of them."""
+    counts: Counter = Counter()
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_typed_batch())
+    def check(batch: tuple[list[str], list[str]]) -> None:
+        columns, lines = batch
+        _same_as_line_by_line(lines, columns, counts)
+    check()
+    _took_pyarrow(counts, "every type")
