@@ -898,8 +898,9 @@ def limits(results: dict) -> list[str]:
         small_c, large_c = conform.get("10", {}), conform.get("40000", {})
         out.append(
             "- **The schema check before the Delta write.** A group's lines are typed without Spark "
-            "(`jsonlines.type_lines`: orjson, then pyarrow column by column for the lines whose values are plain, "
-            "line by line for misfits and rare spellings" + (": as these are" if large_c.get("typed") else "") +
+            "(`jsonlines.type_lines`: pyarrow's JSON reader where every column is a key of a type it reads, else "
+            "orjson, then pyarrow column by column for the lines whose values are plain; line by line for misfits "
+            "and rare spellings" + (": as these are" if large_c.get("typed") else "") +
             f") and no Spark job runs: {small_c.get('typed_by_pyarrow_s', '?')} s for 10 lines and "
             f"{large_c.get('typed_by_pyarrow_s', '?')} s for 40,000. A group with a line whose fate in Spark is not "
             "certain is conformed (`conform_lines`: each column cast by Spark, quarantine reasons) in one Spark job "

@@ -5,9 +5,10 @@ A group commit typed here needs no Spark job at all. Lines are parsed by orjson 
 the few whose numbers must be read as written); each column's `json:` path is followed (keys at any depth,
 `$['key with spaces']`, array elements `[n]`, a whole array `[:]`); each value is read as Spark's
 `get_json_object` + `try_cast` would read it, with ClickHouse's ranges and defaults (`datafiles.types.ValueRules`).
-A batch of keys only (every column a key at any depth, `$.a.b` too, of a type pyarrow's JSON reader reads as here)
-whose every line fits is read by pyarrow's reader at once (`_arrow_read`); any other batch, or one with a misfit,
-as follows.
+A batch of keys only (every column a key at any depth, `$.a.b` too, or a whole array `[:]`; of a type read as here:
+`_arrow_readable`) is read by pyarrow's reader (`_arrow_read`; a map's values from orjson): the lines it refuses,
+and those with a value that does not fit or that might be read otherwise, are left out of the read and typed one by
+one (`_line`); any other batch as follows.
 The lines whose values are all of their columns' plain kinds are checked and converted column by column by pyarrow
 (`_fast`); the others one by one (`_line`). Whatever is not certain to be what Spark makes of a line answers None for
 the whole batch, which then takes Spark's way: a key given twice, single quotes or text after the object (Spark's
@@ -19,6 +20,7 @@ session time zone other than UTC... tests/spark/test_ingest_oneway.py proves it,
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -37,6 +39,7 @@ from pipeframe.engine.generated import UTC_ZONES  # session time zones that read
 from pipeframe.engine.ingest import DECIMAL_TEXT, MAX_NESTING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
     from pipeframe.datafiles.model import Column, Datasource
@@ -586,12 +589,11 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
     try:
         readers = _readers(datasource, time_zone in UTC_ZONES, datetime.now(UTC))
         every_default = all(r.column.default is not None for r in readers)
-        if time_zone in UTC_ZONES and _arrow_readable(readers):  # the one place that picks pyarrow's JSON reader
-            table = _arrow_read(texts, readers, every_default)
-            if table is not None:
-                return Typed(table, list(range(len(texts))), [])
         # Plain times are read in UTC: in another session time zone every line is read by `_line`.
-        fast, slow = _fast(texts, readers, every_default) if time_zone in UTC_ZONES else (None, range(len(texts)))
+        read = _arrow_read(texts, readers, every_default) if time_zone in UTC_ZONES and _arrow_readable(readers) \
+            else None  # the one place that picks pyarrow's JSON reader
+        fast, slow = read if read is not None else _fast(texts, readers, every_default) \
+            if time_zone in UTC_ZONES else (None, range(len(texts)))
         columns: list[list] = [[] for _ in readers]
         kept, misfits = [], []
         for index in slow:
@@ -618,27 +620,54 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
 
 
 # ------------------------------------------------------------------------------------------------ keys only
-# Spark types pyarrow's JSON reader reads as jsonlines does when it reads them at all: a value of another JSON kind,
-# a fraction for an integer, a key given twice, a key not a column, a lone surrogate, text after the object each
-# make it raise (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings first.
-_ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "TIMESTAMP", "DATE")
-# Where a DOUBLE column might be sent an integer of 2**53 or more (`_fast_column` reads it otherwise) or a number
-# with an exponent: 16 digits in a row not after a point (a fraction's digits are exact to pyarrow), or an
-# exponent, anywhere in the batch (strings included: it only costs speed) sends it the other way.
-_LONG_OR_EXPONENT = r"(^|[^0-9.])[0-9]{16}|[0-9][eE]"  # RE2 (pyarrow): many times quicker than `re` here
+# Spark types pyarrow's JSON reader reads as jsonlines does where it reads them at all: a value of another JSON kind,
+# a key given twice (at any depth, unknown keys too), a line that is not one object, a lone surrogate each make it
+# raise, naming the line (tests/unit/test_jsonlines.py compares both ways). Times and dates are read as strings,
+# integers as int64, floats and decimals as doubles, then checked and converted column by column (`_arrow_column`).
+_ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "TIMESTAMP", "DATE")
+_ARROW_ELEMENTS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE")  # of arrays, of maps' values
+_ERROR_ROW = re.compile(r" in row ([0-9]+)$")  # where pyarrow's reader says which line it could not read
+READ_LINES = 1000  # lines pyarrow's reader reads at once (`_segments`)
+# `_decimal` reads a double on a decimal's grid below 10**(_DOUBLE_DIGITS - scale) as its shortest spelling.
+_DOUBLE_DIGITS = 14
 
 
 def _arrow_readable(readers: list[_Reader]) -> bool:
-    """Whether every column is a key (at any depth: `$.a`, `$.a.b`, `$['a b'].c`) of a type pyarrow's JSON reader
-    types as `_line` does."""
-    return all(r.path.steps and all(isinstance(step, str) for step in r.path.steps) and not r.path.whole_array
-               and r.column.type.upper() in _ARROW_READS for r in readers)
+    """Whether every column is a key (at any depth: `$.a`, `$.a.b`, `$['a b'].c`; a whole array `[:]`) of a type
+    pyarrow's JSON reader and `_arrow_column` type as `_line` does: String, Bool, integers, Float32/64, Decimal(P, S)
+    of a scale up to _DOUBLE_DIGITS, below its precision, times and dates, arrays of and maps (String keys) to Strings,
+    Bools, integers and Float64s."""
+    def readable(spark_type: str) -> bool:
+        decimal = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", spark_type)
+        if decimal:
+            return int(decimal.group(2)) < int(decimal.group(1)) and int(decimal.group(2)) <= _DOUBLE_DIGITS
+        shape = re.fullmatch(r"(ARRAY<|MAP<STRING,)(.+)>", spark_type)
+        return spark_type in _ARROW_READS or shape is not None and shape.group(2) in _ARROW_ELEMENTS
+    return all(r.path.steps and all(isinstance(step, str) for step in r.path.steps) and
+               readable(r.column.type.upper()) for r in readers)
+
+
+def _read_as(reader: _Reader) -> pa.DataType:
+    """The type pyarrow's reader reads a column's value as (`_arrow_column` converts it to the column's): times and
+    dates as strings, integers as int64, Float32 and decimals as doubles (`_decimal` reads a JSON number from its
+    double too), a map as an object of any keys (its values come from orjson: `_arrow_read`)."""
+    import pyarrow as pa
+
+    type_ = reader.column.type.upper()
+    if type_ in ("TIMESTAMP", "DATE"):
+        return pa.string()
+    if type_ == "FLOAT" or type_.startswith("DECIMAL"):
+        return pa.float64()
+    if type_.startswith("MAP<"):
+        return pa.struct([])
+    if type_.startswith("ARRAY<") and pa.types.is_integer(reader.arrow.value_type):
+        return pa.list_(pa.int64())
+    return pa.int64() if pa.types.is_integer(reader.arrow) else reader.arrow
 
 
 def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
-    """The schema pyarrow's reader reads the lines with: each column's keys as nested structs down to its value,
-    read as a string (times and dates) or an int64 (every integer); None when two columns read one key, or one
-    column's key holds another's (`$.a` and `$.a.b`)."""
+    """The schema pyarrow's reader reads the lines with: each column's keys as nested structs down to its value
+    (`_read_as`); None when two columns read one key, or one column's key holds another's (`$.a` and `$.a.b`)."""
     import pyarrow as pa
 
     tree: dict = {}
@@ -651,9 +680,7 @@ def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
                 return None
         if last in node:
             return None
-        type_ = reader.column.type.upper()
-        node[last] = pa.string() if type_ in ("TIMESTAMP", "DATE") else \
-            pa.int64() if pa.types.is_integer(reader.arrow) else reader.arrow
+        node[last] = _read_as(reader)
 
     def fields(node: dict) -> list[pa.Field]:
         return [pa.field(key, pa.struct(fields(value)) if isinstance(value, dict) else value)
@@ -661,64 +688,261 @@ def _explicit_schema(readers: list[_Reader]) -> pa.Schema | None:
     return pa.schema(fields(tree))
 
 
-def _arrow_read(texts: list[str], readers: list[_Reader], every_default: bool) -> pa.Table | None:
-    """Lines of keys only (`_arrow_readable`) read by pyarrow's JSON reader at once, when every line is an object
-    whose every value fits its column (in range, a time in the plain ISO form); None when one does not, and the batch
-    is typed by `_fast`/`_line`, which give the misfits their reasons. A nested key is read as a struct whose field
-    is taken out (`struct_field`): NULL where any object on its way is missing or null, as `_follow` reads it."""
+def _arrow_read(texts: list[str], readers: list[_Reader],
+                every_default: bool) -> tuple[tuple[pa.Table, list[int]] | None, list[int]] | None:
+    """Lines of keys only (`_arrow_readable`) read by pyarrow's JSON reader, as `_fast` answers: the rows of the
+    lines that fit with their indexes, and the indexes of the others, left to `_line` (misfits, their reasons, the
+    rare spellings); None when the batch cannot be read so (then `_fast` types it). A line the reader refuses is
+    left out and the lines around it read again (`_segments`); a value that does not fit, or that `_line` might read
+    otherwise, leaves its own line to `_line` (`_arrow_column`)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = _explicit_schema(readers)
+    if schema is None or not texts:
+        return None
+    try:
+        encoded = [text.encode("utf-8") for text in texts]
+    except UnicodeEncodeError:
+        return None  # a lone surrogate: `_line` tells
+    # A byte order mark (Spark's reader keeps the line without it), a line nested deeper than Jackson reads.
+    unread = np.array([text.startswith("\ufeff") or len(text) > MAX_NESTING and
+                       text.count("{") + text.count("[") > MAX_NESTING for text in texts], bool)
+    maps = [at for at, r in enumerate(readers) if r.column.type.upper().startswith("MAP<")]
+    # Map columns are read from orjson's parse of each line, which also leaves out the lines that are no JSON
+    # object before pyarrow's reader meets them.
+    values = dict(zip(maps, _map_values(encoded, [readers[at] for at in maps], unread) if maps else [],
+                      strict=True))
+    slow = np.flatnonzero(unread).tolist()
+    segments, refused = _segments(encoded, slow, schema)
+    slow += refused
+    if not segments:
+        return None, sorted(slow)
+    rows = np.concatenate([np.arange(start, start + table.num_rows) for start, table in segments])  # their lines
+    bad = np.concatenate([_odd_numbers(table) for _, table in segments])
+    arrays = []
+    for at, reader in enumerate(readers):
+        if at in values:
+            found = _fast_column([values[at][row] for row in rows], reader)
+            if found is None:
+                return None
+            array, odd = found
+            bad[odd] = True
+        else:
+            # Each run's own: the structs on the way hold the unknown keys of that run's lines.
+            first, *inner = reader.path.steps
+            found = [table.column(first).combine_chunks() for _, table in segments]
+            array = pa.concat_arrays([pc.struct_field(part, inner) for part in found] if inner else found)
+            array, odd = _arrow_column(array, reader)
+            bad |= odd
+        arrays.append(array)
+    if not every_default:  # `_line` gives the reason: none of the datasource's columns
+        bad |= np.logical_and.reduce([array.is_null().to_numpy(zero_copy_only=False) for array in arrays])
+    slow += rows[bad].tolist()
+    kept = rows[~bad].tolist()
+    if not kept:
+        return None, sorted(slow)
+    keep = pa.array(~bad)
+    # Rows with none of the columns were left to `_line` above: every row kept takes its DEFAULTs.
+    return (_table(readers, [array.filter(keep) for array in arrays], True), kept), sorted(slow)
+
+
+def _segments(encoded: list[bytes], slow: list[int], schema: pa.Schema) -> tuple[list[tuple[int, pa.Table]], list[int]]:
+    """The lines read by pyarrow's reader in runs between those in `slow`: each run read at once, one row per line,
+    with its first line's index; and the lines the reader refused. A run the reader refuses is read again without
+    the line its error names, or (an error naming none: a fraction for an integer...) in halves, down to the line."""
     import io
 
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    if not texts:
+    bounds = [-1, *sorted(slow), len(encoded)]
+    # Runs of at most READ_LINES: the reader scans all its input again after each line it refuses.
+    pending = [(start, min(start + READ_LINES, high)) for low, high in itertools.pairwise(bounds)
+               for start in range(low + 1, high, READ_LINES)]
+    read, refused = [], []
+    while pending:
+        low, high = pending.pop()
+        if low >= high:
+            continue
+        data = b"\n".join(encoded[low:high])
+        table, row = None, None
+        try:
+            table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(use_threads=False,
+                                                                               block_size=len(data) + 1),
+                                 parse_options=pj.ParseOptions(explicit_schema=schema,
+                                                               unexpected_field_behavior="infer"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            named = _ERROR_ROW.search(str(error))
+            row = int(named.group(1)) if named else None
+        if table is not None and table.num_rows == high - low:
+            read.append((low, table))
+            continue
+        # A line of two values (Spark reads the first) counts two rows: the error's row may be off, which only
+        # sends a line that fits to `_line` as well.
+        if row is not None and row < high - low:
+            refused.append(low + row)
+            pending += [(low, low + row), (low + row + 1, high)]
+        elif high - low == 1:
+            refused.append(low)
+        else:
+            middle = (low + high) // 2
+            pending += [(low, middle), (middle, high)]
+    return [(low, table) for low, table in sorted(read, key=lambda found: found[0])], refused
+
+
+def _map_values(encoded: list[bytes], readers: list[_Reader], bad: np.ndarray) -> list[list]:
+    """The values of map columns, from the lines parsed by orjson (pyarrow's reader reads an object as a struct of
+    the keys of every line, not in each line's order), one list per reader: a line orjson refuses, or that is no
+    object, marked in `bad`. Only the maps are kept: the lines' other objects are freed as soon as read."""
+    found: list[list] = [[] for _ in readers]
+    for index, line in enumerate(encoded):
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            value = None
+        if type(value) is not dict:
+            bad[index] = True
+            value = {}
+        for values, reader in zip(found, readers, strict=True):
+            values.append(reader.get(value))
+    return found
+
+
+def _odd_numbers(table: pa.Table) -> np.ndarray:
+    """The rows holding a NaN or an infinity at any depth, in any key (unknown ones too): pyarrow's reader takes
+    the literals NaN and Infinity, which are no JSON (`_line` leaves such a line to Spark); a JSON number never reads
+    as either (one too large for a double is refused)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def odd(array: pa.Array) -> np.ndarray | None:
+        kind = array.type
+        if pa.types.is_floating(kind):
+            return pc.invert(pc.is_finite(array)).fill_null(False).to_numpy(zero_copy_only=False)
+        if pa.types.is_struct(kind):
+            found = [odd(pc.struct_field(array, [i])) for i in range(kind.num_fields)]
+            found = [f for f in found if f is not None]
+            return np.logical_or.reduce(found) if found else None
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+            inner = odd(array.flatten())
+            if inner is None or not inner.any():
+                return None
+            rows = np.zeros(len(array), bool)
+            rows[pc.list_parent_indices(array).to_numpy()[inner]] = True
+            return rows
         return None
+
+    rows = np.zeros(table.num_rows, bool)
+    for column in table.columns:
+        found = odd(column.combine_chunks())
+        if found is not None:
+            rows |= found
+    return rows
+
+
+def _arrow_column(array: pa.Array, reader: _Reader) -> tuple[pa.Array, np.ndarray]:
+    """A column as pyarrow's reader read it (`_read_as`) converted to the column's type, and the rows whose value
+    does not fit or might be read otherwise by `_line` (left to it): an integer out of the type's or ClickHouse's
+    range, a time or date not in the plain ISO form, a Float64 sent as an integer of 2**53 or more or as -0 (`_line`
+    reads `0.0`), a Float32 `_line` leaves to Spark, a decimal off its grid or too large for its double to be exact,
+    an array's integer out of range or Float64 -0."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    type_ = reader.column.type.upper()
+    none = np.zeros(len(array), bool)
+    if type_ in ("STRING", "BOOLEAN"):
+        return array, none
+    if pa.types.is_integer(reader.arrow):
+        out = _out_of_range(array, reader.rules.bounds or integer_range(type_))
+        return pc.if_else(out, pa.scalar(None, pa.int64()), array).cast(reader.arrow), \
+            out.to_numpy(zero_copy_only=False)
+    if type_.startswith("ARRAY<"):
+        elements, rows = array.flatten(), pc.list_parent_indices(array).to_numpy()
+        if pa.types.is_integer(reader.arrow.value_type):
+            out = _out_of_range(elements, reader.rules.element_bounds or integer_range(type_[6:-1]))
+            odd = out.to_numpy(zero_copy_only=False)
+        else:
+            odd = _not_as_sent(elements.to_numpy(zero_copy_only=False)) if type_ == "ARRAY<DOUBLE>" else \
+                np.zeros(len(elements), bool)
+        bad = none.copy()
+        bad[rows[odd]] = True
+        return array.cast(reader.arrow, safe=False), bad  # an element out of range: its row is left to `_line`
+    if type_ in ("DOUBLE", "FLOAT") or type_.startswith("DECIMAL"):
+        doubles = array.to_numpy(zero_copy_only=False)  # NULL as NaN
+        valid = ~np.isnan(doubles)
+        odd = _not_as_sent(doubles)
+        if type_ == "DOUBLE":
+            return array, odd & valid
+        if type_ == "FLOAT":
+            return array.cast(pa.float32(), safe=False), (odd | _float32_unsure(doubles)) & valid
+        return _decimal_column(doubles, valid, reader)
+    # TIMESTAMP, DATE: strings in the plain ISO form, others left to `_line`.
+    plain = pc.match_substring_regex(array, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
+    odd = pc.invert(plain.fill_null(True))
+    texts = pc.if_else(odd, pa.scalar(None, pa.string()), array)
     try:
-        data = "\n".join(texts).encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    if any(r.column.type.upper() == "DOUBLE" for r in readers) and \
-            pc.any(pc.match_substring_regex(pa.array([data], pa.large_binary()).cast(pa.large_string()),
-                                            _LONG_OR_EXPONENT)).as_py():
-        return None
-    if data.startswith(b"\xef\xbb\xbf") or b"\n\xef\xbb\xbf" in data:
-        return None  # a byte order mark: Spark's reader keeps the line without it
-    schema = _explicit_schema(readers)
-    if schema is None:
-        return None
-    try:
-        # Unexpected keys raise at every depth, as a key given twice and a value of another JSON kind do.
-        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
-                             parse_options=pj.ParseOptions(explicit_schema=schema,
-                                                           unexpected_field_behavior="error"))
+        converted = texts.cast(pa.date32()) if type_ == "DATE" else \
+            pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if table.num_rows != len(texts):
-        return None
-    columns = []
-    for reader in readers:
-        first, *inner = reader.path.steps
-        array = table.column(first).combine_chunks()
-        if inner:
-            array = pc.struct_field(array, inner)
-        type_ = reader.column.type.upper()
-        if pa.types.is_integer(reader.arrow):
-            low, high = reader.rules.bounds or integer_range(type_)
-            if array.null_count < len(array) and (pc.min(array).as_py() < low or pc.max(array).as_py() > high):
-                return None
-            array = array.cast(reader.arrow)
-        elif type_ in ("TIMESTAMP", "DATE"):
-            plain = pc.match_substring_regex(array, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
-            if not pc.all(plain).as_py() in (True, None):
-                return None
-            try:
-                array = array.cast(pa.date32()) if type_ == "DATE" else \
-                    pc.utf8_rtrim(array, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC"))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                return None
-        columns.append(array)
-    return _table(readers, columns, every_default)
+        # A plain spelling of no day (a 30th of February, an hour 24): pyarrow does not say which, `_line` does.
+        converted = pa.array([None if text is None else reader.read(text) for text in texts.to_pylist()],
+                             reader.arrow)
+        odd = pc.or_(odd, pc.and_(pc.is_valid(texts), pc.is_null(converted)))
+    return converted, odd.to_numpy(zero_copy_only=False)
+
+
+def _out_of_range(array: pa.Array, bounds: tuple[int, int]) -> pa.BooleanArray:
+    import pyarrow.compute as pc
+
+    return pc.or_(pc.less(array, bounds[0]), pc.greater(array, bounds[1])).fill_null(False)
+
+
+def _not_as_sent(doubles: np.ndarray) -> np.ndarray:
+    """Doubles pyarrow read that `_line` may read otherwise: an integer of 2**53 or more (`_floating` leaves it to
+    Spark; orjson and pyarrow read a fraction alike) and -0 (orjson's integer 0)."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        return (np.abs(doubles) >= 2.0 ** 53) | ((doubles == 0) & np.signbit(doubles))
+
+
+def _float32_unsure(doubles: np.ndarray) -> np.ndarray:
+    """Doubles whose Float32 `_floating` does not give (a misfit, or Spark's way): beyond Float32's range, below its
+    normal range, or on a rounding tie (rounding twice may differ from Java's once)."""
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrow = doubles.astype(np.float32)
+        scaled = np.frexp(doubles)[0] * 33554432.0
+        return (np.isinf(narrow) & np.isfinite(doubles)) | ((doubles != 0) & (np.abs(doubles) < 1.2e-38)) | \
+            ((narrow != doubles) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1))
+
+
+def _decimal_column(doubles: np.ndarray, valid: np.ndarray, reader: _Reader) -> tuple[pa.Array, np.ndarray]:
+    """A Decimal(P, S) column from the doubles of its JSON numbers, as `_decimal` reads one: a double that is the
+    nearest to a value on the grid (k / 10**S) below 10**(14 - S) is exactly that value (its shortest spelling has
+    at most 15 digits); any other (off the grid: rounded by Spark from the text; larger: the text may hold more
+    digits than the double; beyond P digits or the type's range: a misfit) is left to `_line`."""
+    import numpy as np
+    import pyarrow as pa
+
+    precision, scale = reader.arrow.precision, reader.arrow.scale
+    with np.errstate(invalid="ignore", over="ignore"):
+        units = np.rint(doubles * 10.0 ** scale)
+        fits = (units / 10.0 ** scale == doubles) & (np.abs(doubles) < 10.0 ** (_DOUBLE_DIGITS - scale)) & \
+            (np.abs(units) < 10.0 ** precision)
+        if reader.rules.bounds is not None:
+            fits &= (doubles >= reader.rules.bounds[0]) & (doubles <= reader.rules.bounds[1])
+    fits &= valid
+    whole = np.where(fits, units, 0).astype(np.int64)
+    # The units as a Decimal(38, 0), seen as Decimal(P, S): the same 128-bit integers, S digits after the point.
+    array = pa.array(whole, pa.int64(), mask=~fits).cast(pa.decimal128(38, 0)).view(reader.arrow)
+    return array, valid & ~fits
 
 
 def _table(readers: list[_Reader], arrays: list[pa.Array], every_default: bool) -> pa.Table | None:
@@ -793,7 +1017,6 @@ def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | 
     the indexes of those lines; None when which lines failed cannot be told."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     type_ = reader.column.type.upper()
     integer = pa.types.is_integer(reader.arrow)
@@ -824,34 +1047,10 @@ def _fast_column(values: list, reader: _Reader) -> tuple[pa.Array, list[int]] | 
         clean = [None if i in odd_lines else v for i, v in enumerate(values)] if bad else values
         if type_ in ("STRING", "BOOLEAN"):
             return pa.array(clean, reader.arrow), bad
-        if integer:
-            array = pa.array(clean, pa.int64())
-            low, high = reader.rules.bounds or integer_range(type_)
-            out = pc.or_(pc.less(array, low), pc.greater(array, high))
-            bad += np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False)).tolist()
-            return pc.if_else(out.fill_null(False), pa.scalar(None, pa.int64()), array).cast(reader.arrow), bad
-        if type_ in ("DOUBLE", "FLOAT"):
-            array = pa.array(clean, pa.float64())
-            if type_ == "DOUBLE":
-                return array, bad
-            doubles = array.to_numpy(zero_copy_only=False)
-            with np.errstate(over="ignore", invalid="ignore"):
-                narrow = doubles.astype(np.float32)
-                scaled = np.frexp(doubles)[0] * 33554432.0
-                odd = (np.isinf(narrow) & np.isfinite(doubles)) | ((doubles != 0) & (np.abs(doubles) < 1.2e-38)) | \
-                    ((narrow != doubles) & (scaled == np.floor(scaled)) & (np.mod(scaled, 2) == 1))
-            bad += np.flatnonzero(odd & ~np.isnan(doubles)).tolist()
-            return array.cast(pa.float32(), safe=False), bad
-        texts = pa.array(clean, pa.string())
-        plain = pc.match_substring_regex(texts, _PLAIN_TIME if type_ == "TIMESTAMP" else _PLAIN_DATE)
-        odd = pc.invert(plain.fill_null(True))
-        bad += np.flatnonzero(odd.to_numpy(zero_copy_only=False)).tolist()
-        texts = pc.if_else(odd, pa.scalar(None, pa.string()), texts)
-        if type_ == "DATE":
-            return texts.cast(pa.date32()), bad
-        return pc.utf8_rtrim(texts, "Z").cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC")), bad
+        array, odd = _arrow_column(pa.array(clean, _read_as(reader)), reader)
+        return array, bad + np.flatnonzero(odd).tolist()
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-        return None  # e.g. a 30th of February in the plain form: which line, pyarrow does not say
+        return None  # e.g. an integer beyond 64 bits: which line, pyarrow does not say
 
 
 def _line(raw: str, readers: list[_Reader], every_default: bool) -> tuple[list, str | None]:

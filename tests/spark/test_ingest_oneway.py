@@ -237,14 +237,16 @@ def test_lines_typed_without_spark_land_as_sparks_conform(spark):
 
 
 def test_batches_that_all_fit_are_typed_column_by_column_as_spark(spark, monkeypatch):
-    """Batches of plain values take the column-at-a-time way (`jsonlines._fast`, the lines it cannot type left to
-    `_line`): the same rows as Spark's."""
+    """Batches of plain values take a column-at-a-time way (pyarrow's JSON reader, `jsonlines._arrow_read`, or
+    orjson's parse, `jsonlines._fast`; the lines they cannot type left to `_line`): the same rows as Spark's."""
     taken = []
-    fast = jsonlines._fast
-    monkeypatch.setattr(jsonlines, "_fast", lambda *args: taken.append(fast(*args)) or taken[-1])
+    for name in ("_arrow_read", "_fast"):
+        way = getattr(jsonlines, name)
+        monkeypatch.setattr(jsonlines, name, lambda *args, way=way: taken.append(way(*args)) or taken[-1])
 
     examples(30)(given(data=st.data())(lambda data: compare(spark, data, clean=True)))()
-    assert sum(rows is not None for rows, _slow in taken) >= 10, "the column-at-a-time way was hardly taken"
+    assert sum(found is not None and found[0] is not None for found in taken) >= 10, \
+        "the column-at-a-time ways were hardly taken"
 
 
 def test_schemas_only_spark_reads_answer_every_line(spark):
