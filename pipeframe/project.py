@@ -699,7 +699,7 @@ class Project:
     def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
         """The names ad-hoc SQL can read: every deployed table (datasources and views)."""
         deployed = self.snapshot if deployed is None else deployed
-        return sorted(r.state.name for r in deployed.values() if r.state.has_table)
+        return sorted(r.state.name for r in deployed.values() if r.state.has_table or r.state.kind == "shared")
 
     def endpoints(self, deployed: DeployedSnapshot | None = None) -> Endpoints:
         """The project's endpoint pipes over the deployed tables; `deployed` is what pipes are checked against
