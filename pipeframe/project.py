@@ -598,8 +598,9 @@ class Project:
         if name:
             self._known_table(name)
         materializer = self.materializer()
-        names = [materializer.resolve(name).state.name if materializer.deployed.table(name) is None
-                 else name] if name else None
+        table = materializer.deployed.table(name) if name else None
+        names = None if not name else [materializer.resolve(name).state.name] if table is None else \
+            list(table.state.writers) or [name]  # a datasource several pipes write: each one's table
         return materializer.optimize(names, self.config.retention_hours)
 
     def status(self, view: str | None = None) -> list[ViewStatus]:

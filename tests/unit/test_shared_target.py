@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from pipeframe.compiler.graph import ResourceKey
+from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
 from pipeframe.plan.diff import diff
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot, resolve_view
 from pipeframe.plan.state import desired_state
 from pipeframe.project import Project
 from tests.conftest import write_project
@@ -159,3 +161,12 @@ def test_a_second_writer_keeps_the_first_ones_table(tmp_path, direction):
                            "datasource:counts__from_views": ("drop", None)}
         # dropping the second writer's rows wants --allow-destructive, as removing any view does; the kept table not
         assert [str(c.key) for c in plan.refused] == ["datasource:counts__from_views"]
+
+
+def test_view_commands_take_a_writer_by_its_pipe_and_say_so_for_the_shared_name(tmp_path):
+    snapshot = DeployedSnapshot.of(DeployedResource(state, 1, f"/w/{state.name}/v1" if state.has_table else None)
+                                   for state in desired_state(compiled(tmp_path, {})).values())
+    assert resolve_view(snapshot, "from_views").state.name == "counts__from_views"
+    with pytest.raises(PipeframeError) as err:
+        resolve_view(snapshot, "counts")
+    assert err.value.code == "PF701" and "name one of them (from_clicks, from_views)" in err.value.diagnostics[0].hint
