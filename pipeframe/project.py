@@ -182,6 +182,12 @@ class Project:
             known = ", ".join(sorted(n for n, d in compiled.datasources.items() if not d.view)) or "none"
             raise PipeframeError("PF702", f"No datasource `{name}` in the project.", f"Datasources: {known}.")
         view = compiled.pipes[ds.view].view if ds.view else None
+        if view is not None and ds.writers:
+            writers = [v for v in compiled.views if v.pipe in ds.writers]
+            raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipes "
+                                 f"{', '.join(f'`{v.pipe}`' for v in writers)}; only they write to it.",
+                                 f"Append to one of their sources ({', '.join(f'`{v.trigger}`' for v in writers)}) "
+                                 "instead.")
         if view is not None:
             raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipe `{view.pipe}`; only its "
                                  "pipe writes to it.", f"Append to its source `{view.trigger}` instead.")

@@ -170,3 +170,12 @@ def test_view_commands_take_a_writer_by_its_pipe_and_say_so_for_the_shared_name(
     with pytest.raises(PipeframeError) as err:
         resolve_view(snapshot, "counts")
     assert err.value.code == "PF701" and "name one of them (from_clicks, from_views)" in err.value.diagnostics[0].hint
+
+
+def test_appending_to_a_shared_target_names_every_writer_and_its_source(tmp_path):
+    project = Project(write_project(tmp_path / "append", BASE), environ={})
+    with pytest.raises(PipeframeError) as err:
+        project.append("counts", [{"page": "/"}])  # refused before any engine starts
+    diagnostic = err.value.diagnostics[0]
+    assert err.value.code == "PF716" and "`from_clicks`, `from_views`" in diagnostic.message
+    assert "(`clicks`, `views`)" in diagnostic.hint
