@@ -329,6 +329,8 @@ class ColumnChanges:
 
 def describe(want: ResourceState, have: ResourceState) -> tuple[str, ...]:
     """One line per individual difference between two versions of a resource."""
+    if want.kind == "shared" and want.writers != have.writers:  # what it reads is all it has
+        return (f"now read as the union of {', '.join(f'`{w}`' for w in want.writers)}",)
     lines: list[str] = []
     if want.kind != have.kind:
         if want.kind == "view":

@@ -150,10 +150,13 @@ def test_a_second_writer_keeps_the_first_ones_table(tmp_path, direction):
                 for k, s in desired_state(compiled(tmp_path, before)).items()}
     plan = diff(desired_state(compiled(tmp_path, after)), deployed)
     changes = {str(c.key): (c.action, c.adopts and str(c.adopts)) for c in plan.pending}
+    by_key = {str(c.key): c for c in plan.pending}
     if direction == "add":
         assert changes == {"datasource:counts__from_clicks": ("alter", "datasource:counts"),  # renamed, not rebuilt
                            "datasource:counts__from_views": ("create", None),  # backfilled from `views`
                            "datasource:counts": ("alter", None)}  # now the union of both
+        union = "now read as the union of `counts__from_clicks`, `counts__from_views`"
+        assert by_key["datasource:counts"].details == (union,)
         assert plan.refused == []
     else:
         assert changes == {"datasource:counts": ("alter", "datasource:counts__from_clicks"),
