@@ -321,9 +321,9 @@ class Reader:
 
 def _current(found: tuple[tuple[Relation, ...], ResourceState, dict[str, str], str], relations: tuple[Relation, ...],
              state: ResourceState) -> bool:
-    """Whether the DuckDB view or table made as `found` answers for `relation` as `state` defines it: made over the
-    same copy from the same definition, and, when it is a table (a finalized view), from this version or a newer
-    one (it is made after the copy reached the version it is labelled with, so it holds at least that version)."""
+    """Whether the DuckDB view or table made as `found` answers for `relations` as `state` defines it: made over the
+    same copies from the same definition, and, when it is a table (a finalized view), from these versions or newer
+    ones (it is made after the copies reached the versions it is labelled with, so it holds at least those)."""
     made, made_state, _, kind = found
     if [m.name for m in made] != [r.name for r in relations] or not (made_state is state or made_state == state):
         return False
