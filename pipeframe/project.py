@@ -182,6 +182,12 @@ class Project:
             known = ", ".join(sorted(n for n, d in compiled.datasources.items() if not d.view)) or "none"
             raise PipeframeError("PF702", f"No datasource `{name}` in the project.", f"Datasources: {known}.")
         view = compiled.pipes[ds.view].view if ds.view else None
+        if view is not None and ds.writers:
+            writers = [v for v in compiled.views if v.pipe in ds.writers]
+            raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipes "
+                                 f"{', '.join(f'`{v.pipe}`' for v in writers)}; only they write to it.",
+                                 f"Append to one of their sources ({', '.join(f'`{v.trigger}`' for v in writers)}) "
+                                 "instead.")
         if view is not None:
             raise PipeframeError("PF716", f"`{name}` is the target of the materialized pipe `{view.pipe}`; only its "
                                  "pipe writes to it.", f"Append to its source `{view.trigger}` instead.")
@@ -598,8 +604,9 @@ class Project:
         if name:
             self._known_table(name)
         materializer = self.materializer()
-        names = [materializer.resolve(name).state.name if materializer.deployed.table(name) is None
-                 else name] if name else None
+        table = materializer.deployed.table(name) if name else None
+        names = None if not name else [materializer.resolve(name).state.name] if table is None else \
+            list(table.state.writers) or [name]  # a datasource several pipes write: each one's table
         return materializer.optimize(names, self.config.retention_hours)
 
     def status(self, view: str | None = None) -> list[ViewStatus]:
@@ -699,7 +706,7 @@ class Project:
     def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
         """The names ad-hoc SQL can read: every deployed table (datasources and views)."""
         deployed = self.snapshot if deployed is None else deployed
-        return sorted(r.state.name for r in deployed.values() if r.state.has_table)
+        return sorted(r.state.name for r in deployed.values() if r.state.has_table or r.state.kind == "shared")
 
     def endpoints(self, deployed: DeployedSnapshot | None = None) -> Endpoints:
         """The project's endpoint pipes over the deployed tables; `deployed` is what pipes are checked against

@@ -51,7 +51,10 @@ class CompiledDatasource:
     name: str
     definition: Datasource | None  # None when the schema is generated from the materialized pipe
     columns: tuple[ViewColumn, ...]
-    view: str | None = None  # the materialized pipe writing here
+    view: str | None = None  # the materialized pipe writing here (the first, when several do)
+    # Every materialized pipe writing here, when several do: each keeps its own state table (named
+    # `writer_table(name, pipe)`), and a read of the datasource reads the union of their rows, finalized once.
+    writers: tuple[str, ...] = ()
 
     @property
     def generated(self) -> bool:
@@ -215,6 +218,10 @@ class CompiledProject:
         return [p.view for p in self.pipes.values() if p.view is not None]
 
 
+def writer_table(target: str, pipe: str) -> str:
+    """The name of the state table one of several materialized pipes writing `target` keeps: `target__pipe`."""
+    return f"{target}__{pipe}"
+
 
 @dataclass(frozen=True)
 class NodeScan:
@@ -269,6 +276,7 @@ class Compiler:
         self.pipes: dict[str, CompiledPipe] = {}
         self.outputs: dict[str, tuple[str, ...] | None] = {}  # pipe -> the columns it outputs, when known
         self.unresolved: list[UnresolvedRead] = []
+        self.writers: dict[str, list[str]] = {}  # target -> its materialized pipes, when several write it
         # Datasource -> its ClickHouse JSON columns (stored as STRING; paths into them read as JSON).
         self.json_columns = {d.name: tuple(c.name for c in d.columns if c.written_type.upper().startswith("JSON"))
                              for d in resources.datasources}
@@ -287,7 +295,8 @@ class Compiler:
         targets = self.targets = self._targets()
         self.known_names = set(self.datasource_defs) | set(self.pipe_defs) | set(targets)
         for pipe in self.resources.pipes:
-            if pipe.name in self.datasource_defs and targets.get(pipe.name) != pipe.name:
+            if pipe.name in self.datasource_defs and targets.get(pipe.name) != pipe.name \
+                    and pipe.name not in self.writers.get(pipe.name, ()):
                 self.sink.error("PF105", f"Pipe `{pipe.name}` has the name of datasource `{pipe.name}` but does not "
                                 "write it.", "Rename one of them; only a materialized or copy pipe may share the name "
                                 "of the datasource it writes.", pipe.location)
@@ -331,11 +340,24 @@ class Compiler:
                 self._unknown(target, node.where(keyword), "copy target datasource", set(self.datasource_defs))
                 continue
             if target in targets:
+                first = self.pipe_defs[targets[target]]
+                if node.type == "materialized" and first.type == "materialized":
+                    self.writers.setdefault(target, [targets[target]]).append(pipe.name)
+                    continue
                 self.sink.error("PF305", f"Datasource `{target}` is already written by pipe `{targets[target]}`.",
-                                "Give each materialized or copy pipe its own target datasource.",
-                                node.where(keyword))
+                                "Give each copy pipe its own target datasource (only materialized pipes may share "
+                                "one).", node.where(keyword))
                 continue
             targets[target] = pipe.name
+        for target, pipes in self.writers.items():
+            for name in pipes:
+                table = writer_table(target, name)
+                if table in self.datasource_defs or table in self.pipe_defs:
+                    node = self.pipe_defs[name].typed_node
+                    assert node is not None
+                    self.sink.error("PF305", f"Pipe `{name}` writes `{target}` with other pipes, and keeps its rows "
+                                    f"in a table named `{table}`, which is already a resource.",
+                                    f"Rename the pipe or the resource `{table}`.", node.where("DATASOURCE"))
         return targets
 
     def _unknown(self, name: str, where: Location, what: str, candidates: set[str]) -> Diagnostic:
@@ -504,7 +526,7 @@ class Compiler:
         compiled = self.datasources.get(name)
         if compiled is None:  # a pipe read by name: its output columns
             return fingerprint(self.outputs[name]) if name in self.outputs else None
-        return fingerprint(compiled.columns)
+        return fingerprint((compiled.columns, compiled.writers)) if compiled.writers else fingerprint(compiled.columns)
 
     def _ref(self, name: str, targets: Mapping[str, str]) -> ResourceKey:
         """What a name in SQL means: a datasource (or view target) wins over a pipe of the same name."""
@@ -517,7 +539,7 @@ class Compiler:
         for pipe in self.resources.pipes:
             graph.add(ResourceKey.pipe(pipe.name), [self._ref(n, targets) for n in self.reads.get(pipe.name, [])])
         for target, pipe_name in targets.items():
-            graph.add(ResourceKey.datasource(target), [ResourceKey.pipe(pipe_name)])
+            graph.add(ResourceKey.datasource(target), [ResourceKey.pipe(p) for p in self.writers.get(target, [pipe_name])])
         return graph
 
     # ---------------------------------------------------------------------------------- datasources
@@ -644,8 +666,8 @@ class Compiler:
             view, written = self._memo("view", pipe.name, inputs, lambda: self._compile_view(pipe, nodes, parameters))
             if written is not None:  # a kept view carries an equal copy of the declared target: use this run's
                 definition = spark_keys(declared) if declared is not None else None
-                self.datasources[target] = written if written.definition is definition else \
-                    replace(written, definition=definition)  # type: ignore[index]
+                written = written if written.definition is definition else replace(written, definition=definition)
+                self.datasources[target] = self._shared_target(pipe, view, written)  # type: ignore[index]
         elif output.type == "copy":
             target = output.target_datasource
         if output.type != "materialized":
@@ -663,6 +685,44 @@ class Compiler:
         self.pipes[pipe.name] = CompiledPipe(
             pipe.name, pipe, output.type or "endpoint", tuple(self.reads.get(pipe.name, [])), parameters, templated,
             trees, upstream, view, target, self.variables, self.replacing)
+
+    def _shared_target(self, pipe: Pipe, view: CompiledView, written: CompiledDatasource) -> CompiledDatasource:
+        """The target as this pipe writes it, or, when several pipes write it, as they all do: each keeps its own
+        state table and a read of the target merges the union of their rows with one finalizing GROUP BY, so every
+        writer must produce the same columns (names, types, states) grouped by the same keys (PF314)."""
+        writers = self.writers.get(view.target)
+        if not writers:
+            return written
+        first = self.datasources.get(view.target)
+        if first is None or first.view is None:  # the first writer compiled (or the only one accepted so far)
+            return replace(written, writers=tuple(writers))
+        first_plan = self.pipes[first.view].view.plan if first.view in self.pipes else None  # type: ignore[union-attr]
+        mine, theirs = {c.name: c for c in written.columns}, {c.name: c for c in first.columns}
+        for name, column in mine.items():
+            other = theirs.get(name)
+            if other == column:
+                continue
+            what = "does not write it" if other is None else f"writes it as {_shown(other)}"
+            self.sink.error("PF314", f"Pipe `{pipe.name}` writes column `{name}` of `{view.target}` as "
+                            f"{_shown(column)}, but pipe `{first.view}`, which writes `{view.target}` too, {what}.",
+                            "Every pipe writing one datasource must produce the same columns with the same types and "
+                            "aggregate states: cast or aggregate this SELECT item as the other pipe does.",
+                            self._select_item(pipe, name))
+        missing = [name for name in theirs if name not in mine]
+        node = pipe.typed_node
+        assert node is not None
+        for name in missing:
+            self.sink.error("PF314", f"Pipe `{pipe.name}` does not write column `{name}` of `{view.target}`, which "
+                            f"pipe `{first.view}` writes.", f"Add `{name}` to the SELECT of {pipe.name}, as "
+                            f"{first.view} produces it.", node.where("DATASOURCE"))
+        plan = view.plan
+        if not missing and mine == theirs and plan is not None and first_plan is not None \
+                and plan.read_sql("{table}") != first_plan.read_sql("{table}"):
+            self.sink.error("PF314", f"Pipe `{pipe.name}` writes `{view.target}` {_merged(plan)}, but pipe "
+                            f"`{first.view}`, which writes it too, {_merged(first_plan)}.", "Make every pipe writing "
+                            "one datasource group by the same columns and count its rows alike (`count()` in each, "
+                            "or in none): a read of it merges their rows with one GROUP BY.", node.where("DATASOURCE"))
+        return first
 
     def _check_finals(self, pipe: Pipe, nodes: list[Node]) -> None:
         """PF311: `FROM t FINAL` where pipeframe cannot answer as ClickHouse: `t` is not a datasource, its engine has
@@ -764,6 +824,16 @@ class Compiler:
                             output.sql_location)
         tables = [(t.name, nt, t) for nt in node_trees for t in table_names(nt.tree)
                   if t.name not in {n.node.name for n in node_trees}]
+        shared = [(name, nt, table) for name, nt, table in tables if name in self.writers]
+        if shared:
+            from pipeframe.compiler.sql import locate
+
+            name, nt, table = shared[0]
+            self.sink.error("PF420", f"Materialized pipe `{pipe.name}` reads `{name}`, which several materialized "
+                            f"pipes write ({', '.join(self.writers[name])}); a view over it is not supported yet.",
+                            "Read the sources of those pipes in this pipe instead, or make it an endpoint or a copy "
+                            "pipe.", locate(table, nt.sql, nt.base))
+            return CompiledView(pipe.name, target, name, (), Verdict("rejected"), None), None
         trigger = tables[0][0] if tables else None
         upstream = self.datasources.get(trigger) if trigger else None
         upstream_states = {c.name: _state(c) for c in upstream.columns if c.state} if upstream else {}
@@ -919,6 +989,18 @@ class Compiler:
                                 decl.location if decl else declared.location)
         self._check_keys(declared, set(declared_names))
         return CompiledDatasource(target, spark_keys(declared), tuple(columns), pipe.name)
+
+
+def _shown(column: ViewColumn) -> str:
+    """A target column as a writer produces it, for PF314: its type and, for a state, which one."""
+    return f"{column.state} state {column.type}" if column.state else f"{column.type or 'an unknown type'}"
+
+
+def _merged(plan: ViewPlan) -> str:
+    """How a read merges a view's rows, for PF314: its group keys and the count that keeps a group."""
+    keys = f"grouped by {', '.join(plan.keys)}" if plan.keys else "as one group"
+    return f"{keys}, a group kept while its `{plan.row_count}` (a count()) is above 0" if plan.row_count and plan.keys \
+        else f"{keys}, with no count() keeping a group"
 
 
 _VERSIONED = re.compile(r"^(?P<stem>.+)__v\d+$")

@@ -88,11 +88,13 @@ class Deployer:
                                  "deploy again.") from None
         self.warehouse.release_lock(deployment)
         self._reset_view_records(plan, deployed, live)
-        # After the swap: old versions of rebuilt tables and dropped tables are no longer read by anyone.
+        # After the swap: old versions of rebuilt tables and dropped tables are no longer read by anyone (a table a
+        # view took over under another name is).
+        kept = {r.path for r in live.values() if r.path}
         for change in plan.pending:
             before = deployed.get(change.key)
             after = live.get(change.key)
-            if before is not None and before.path and (after is None or after.path != before.path):
+            if before is not None and before.path and before.path not in kept:
                 self._remove(before.path)
             if after is not None and after.state.has_table and after.state.ttl and change.action != "drop":
                 self._apply_ttl(after)
@@ -112,7 +114,7 @@ class Deployer:
 
     # --------------------------------------------------------------------------------- changes
     def _apply_change(self, change: Change, live: Live, created: list[str]) -> None:
-        desired, current = change.desired, live.get(change.key)
+        desired, current = change.desired, live.get(change.adopts or change.key)
         if change.action == "unchanged":
             return
         if change.action == "drop":

@@ -219,7 +219,7 @@ class Lifecycle:
 
         result = Deployer(self.spark, self.warehouse).apply(plan, git_commit)
         for change in plan.changes:
-            if change.deployed is not None and change.deployed.has_table:
+            if change.deployed is not None and (change.deployed.has_table or change.deployed.kind == "shared"):
                 self.warehouse.unregister(change.name)  # its name no longer reads a table
         self.materializer.deployed = self.warehouse.snapshot()
         return result

@@ -330,9 +330,14 @@ class Warehouse:
 
         Landing datasources read their declared columns; view targets read through their finalizing SQL,
         so users see merged values, never partial states. A name already registered with the same SQL in this
-        session is left as it is (a reload that changed no table registers nothing)."""
-        for resource in resources:
+        session is left as it is (a reload that changed no table registers nothing). A datasource several pipes
+        write reads the union of their tables' state rows, finalized once."""
+        listed = list(resources)
+        paths = {r.state.name: r.path for r in listed if r.state.has_table and r.path}
+        for resource in listed:
             state = resource.state
+            if state.kind == "shared" and all(w in paths for w in state.writers):
+                self._view(state.name, state.union_sql(quote_path(paths[w]) for w in state.writers))
             if not state.has_table or resource.path is None:
                 continue
             self._view(state.name, read_sql(state, resource.path))

@@ -19,7 +19,7 @@ Action = Literal["create", "alter", "rebuild", "drop", "unchanged"]
 NO_DATA_MOVED = "no data moved"
 FORWARD_QUERY_REBUILD = "rebuild: carry rows over with FORWARD_QUERY"
 NOUNS = {"datasource": "datasource", "view": "view", "endpoint": "endpoint", "copy": "copy pipe",
-         "materialized": "materialized pipe", "pipe": "pipe"}
+         "materialized": "materialized pipe", "pipe": "pipe", "shared": "datasource written by several pipes"}
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,15 @@ class Change:
     hint: str | None = None  # how to fix a refused change
     alter_columns: tuple[tuple[str, str], ...] = ()  # (name, type) to ADD via ALTER TABLE, for additive alters
     cause: ResourceKey | None = None  # for a rebuild forced by an upstream rebuild: the upstream key
+    # A view that takes over the table (rows, watermark) another deployed key holds for the same pipe: a second pipe
+    # starts writing its target (the first one's view is renamed `target__pipe`), or the last but one stops.
+    adopts: ResourceKey | None = None
 
     def to_json(self) -> dict:
         return {"key": str(self.key), "name": self.name, "kind": self.kind, "action": self.action,
                 "summary": self.summary, "details": list(self.details), "refused": self.refused,
                 "hint": self.hint, "alter_columns": [list(c) for c in self.alter_columns],
-                "cause": str(self.cause) if self.cause else None}
+                "cause": str(self.cause) if self.cause else None, "adopts": str(self.adopts) if self.adopts else None}
 
 
 @dataclass(frozen=True)
@@ -82,12 +85,37 @@ def diff(desired: Mapping[ResourceKey, ResourceState], deployed: Mapping[Resourc
     """The plan that turns `deployed` into `desired` (both keyed by resource key); `base` identifies the
     deployed snapshot."""
     order = [key for key in dag_of(desired.values()).sorted() if key in desired]
-    changes = {key: create(desired[key]) if key not in deployed
+    adopted = adoptions(desired, deployed)
+    changes = {key: adopt(desired[key], deployed[adopted[key]]) if key in adopted
+               else create(desired[key]) if key not in deployed
                else compare(desired[key], deployed[key], allow_destructive) for key in order}
     changes = cascade(changes, desired)
     gone = dag_of(deployed.values()).drop_order(key for key in deployed if key not in desired)
-    drops = [drop(deployed[key], desired, allow_destructive) for key in gone]
+    kept = {old: new for new, old in adopted.items()}
+    drops = [replace(drop(deployed[key], desired, True), summary=f"its table is kept by `{desired[kept[key]].name}`")
+             if key in kept else drop(deployed[key], desired, allow_destructive) for key in gone]
     return Plan((*changes.values(), *drops), base)
+
+
+def adoptions(desired: Mapping[ResourceKey, ResourceState], deployed: Mapping[ResourceKey, ResourceState]
+              ) -> dict[ResourceKey, ResourceKey]:
+    """Desired view → the deployed key whose table it takes over: the same pipe's view, built the same way
+    (`physical_hash`), deployed under another name that no longer holds that pipe's view (a target that a second
+    pipe starts writing keeps the first one's rows as `target__pipe`; and back)."""
+    def holds(states: Mapping[ResourceKey, ResourceState], key: ResourceKey, pipe: str | None) -> bool:
+        state = states.get(key)
+        return state is not None and state.kind == "view" and state.view_pipe == pipe
+
+    found: dict[ResourceKey, ResourceKey] = {}
+    for key, want in desired.items():
+        if want.kind != "view" or holds(deployed, key, want.view_pipe):
+            continue
+        old = next((old for old, have in deployed.items() if old != key and old not in found.values()
+                    and holds(deployed, old, want.view_pipe) and not holds(desired, old, want.view_pipe)
+                    and have.physical_hash() == want.physical_hash()), None)
+        if old is not None:
+            found[key] = old
+    return found
 
 
 def drop_views(deployed: Mapping[ResourceKey, ResourceState], view: ResourceKey, force: bool, base: str | None) -> Plan:
@@ -157,6 +185,12 @@ def create(want: ResourceState) -> Change:
     else:
         summary = f"new {NOUNS.get(want.kind, want.kind)}"
     return _change(want, None, "create", summary)
+
+
+def adopt(want: ResourceState, have: ResourceState) -> Change:
+    """A view keeping the table `have` holds (renamed, not rebuilt: its rows and watermark stay)."""
+    return replace(_change(want, have, "alter", f"{NO_DATA_MOVED}: keeps the table of `{have.name}`",
+                           (f"renamed from `{have.name}`",)), adopts=have.key)
 
 
 def drop(have: ResourceState, desired: Mapping[ResourceKey, ResourceState], allow_destructive: bool) -> Change:
@@ -295,6 +329,8 @@ class ColumnChanges:
 
 def describe(want: ResourceState, have: ResourceState) -> tuple[str, ...]:
     """One line per individual difference between two versions of a resource."""
+    if want.kind == "shared" and want.writers != have.writers:  # what it reads is all it has
+        return (f"now read as the union of {', '.join(f'`{w}`' for w in want.writers)}",)
     lines: list[str] = []
     if want.kind != have.kind:
         if want.kind == "view":

@@ -215,7 +215,7 @@ def decode_state(text: str, where: str) -> ResourceState:
     if unknown:
         raise _unreadable(where, _unknown_keys(unknown))
     pairs = {"columns", "tokens"}
-    tuples = {"columns", "sorting_key", "keys", "tokens", "joined"}
+    tuples = {"columns", "sorting_key", "keys", "tokens", "joined", "writers"}
     try:
         fixed = {k: (tuple(tuple(x) if k in pairs else x for x in v) if k in tuples and v is not None else v)
                  for k, v in data.items()}

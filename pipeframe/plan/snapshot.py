@@ -108,7 +108,11 @@ def resolve_view(deployed: DeployedSnapshot, name: str) -> DeployedResource:
             return view
     known = ", ".join(sorted(v.state.view_pipe or v.state.name for v in views)) or "none deployed"
     hint = f"Materialized pipes: {known}."
-    if deployed.table(name) is not None:
+    table = deployed.table(name)
+    if table is not None and table.state.kind == "shared":
+        writers = ", ".join(v.state.view_pipe or v.state.name for v in views if v.state.name in table.state.writers)
+        hint = f"`{name}` is written by several materialized pipes, each its own view: name one of them ({writers})."
+    elif table is not None:
         hint = f"`{name}` is a landing datasource, not a view. " + hint
     raise PipeframeError("PF701", f"No deployed materialized view `{name}`.",
                          hint + " Run `pipeframe deploy` after adding one.")

@@ -8,15 +8,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from pipeframe.compiler.compile import CompiledProject
+from pipeframe.compiler.compile import CompiledDatasource, CompiledProject, writer_table
 from pipeframe.compiler.graph import DAG, ResourceKey
 from pipeframe.compiler.maintenance import MaintenancePlan
 from pipeframe.compiler.viewplan import PLAIN_READ, ViewPlan
 
-Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe"]
+# "shared": a datasource several materialized pipes write. It owns no table: each writer is a view of its own
+# (`writer_table(target, pipe)`, with its own state table and watermark) and a read of the shared name reads the
+# union of the writers' state rows through `read_sql`.
+Kind = Literal["datasource", "view", "endpoint", "copy", "materialized", "pipe", "shared"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class ResourceState:
     # Pipes: the compiled statement (analysis mode) is their whole definition.
     sql: str | None = None
     depends_on: tuple[ResourceKey, ...] = field(default_factory=tuple)  # the resources read
+    writers: tuple[str, ...] = ()  # a shared datasource: the views (by name) whose state rows it reads
 
     @property
     def has_table(self) -> bool:
@@ -85,7 +89,16 @@ class ResourceState:
         data = asdict(self)
         data["key"] = str(self.key)
         data["depends_on"] = [str(k) for k in self.depends_on]
+        if not self.writers:  # recorded only where there are some: the states of other resources hash as before
+            del data["writers"]
         return data
+
+    def union_sql(self, paths: Iterable[str]) -> str:
+        """A shared datasource's `read_sql` with its `{table}` read as the union of its writers' state rows
+        (`paths`: their tables, as the reader names them)."""
+        columns = ", ".join(f"`{name}`" for name, _ in self.columns)
+        union = " UNION ALL ".join(f"SELECT {columns} FROM {path}" for path in paths)
+        return (self.read_sql or "SELECT * FROM {table}").replace("{table}", f"({union}) AS `__pf_union`")
 
 
 def _hash(value: object) -> str:
@@ -130,33 +143,10 @@ def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]
             ds = compiled.datasources.get(ref.name)
             if ds is None:
                 continue
-            definition = ds.definition
-            view = compiled.pipes[ds.view].view if ds.view else None
-            plan = view.plan if view is not None else None
-            states[key] = ResourceState(
-                key=key, name=ref.name, kind="view" if plan is not None else "datasource",
-                columns=tuple((c.name, c.type or "STRING") for c in ds.columns),
-                partition_key=definition.partition_key if definition else None,
-                sorting_key=definition.sorting_key if definition else (),
-                view_pipe=ds.view if plan is not None else None,
-                source=view.trigger if view is not None else None,
-                joined=view.joined if view is not None else (),
-                state_sql=plan.state_sql if plan is not None else None,
-                keys=plan.keys if plan is not None else (),
-                read_sql=plan.read_sql("{table}") if plan is not None else None,
-                compact_sql=plan.compact_sql("{table}") if plan is not None else None,
-                negate_sql=plan.negate_sql("{table}") if plan is not None else None,
-                backfill=definition.backfill if definition else None,
-                follow_ttl=view.follow_ttl if view is not None else False,
-                maintenance=_maintenance(plan, view.joined, view.trigger, depends_on, states)
-                if plan is not None and view is not None else None,
-                description=definition.description if definition else "",
-                ttl=definition.ttl if definition else None,
-                tokens=tuple((t.name, t.scope) for t in definition.tokens) if definition else (),
-                engine=definition.engine if definition else None,
-                forward_query=definition.forward_query if definition else None,
-                depends_on=depends_on,
-            )
+            if ds.writers:
+                states.update(_shared(compiled, ds, key, states))
+                continue
+            states[key] = _table_state(compiled, ds, key, ds.view, depends_on, states)
         else:
             pipe = compiled.pipes.get(ref.name)
             if pipe is None:
@@ -167,3 +157,53 @@ def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]
                 depends_on=depends_on,
             )
     return states
+
+
+def _shared(compiled: CompiledProject, ds: CompiledDatasource, key: ResourceKey,
+            states: dict[ResourceKey, ResourceState]) -> dict[ResourceKey, ResourceState]:
+    """A datasource several materialized pipes write: one view per writer (its own table, named
+    `writer_table(target, pipe)`), then the shared name reading their union, finalized as the target is."""
+    made: dict[ResourceKey, ResourceState] = {}
+    for pipe in ds.writers:
+        name = writer_table(ds.name, pipe)
+        depends_on = tuple(dict.fromkeys(compiled.graph.dependencies(ResourceKey.pipe(pipe))))
+        made[ResourceKey.datasource(name)] = _table_state(compiled, replace(ds, name=name), ResourceKey.datasource(
+            name), pipe, depends_on, states)
+    first = next(iter(made.values()))
+    made[key] = ResourceState(
+        key=key, name=ds.name, kind="shared", columns=first.columns, keys=first.keys, read_sql=first.read_sql,
+        description=first.description, tokens=first.tokens, engine=first.engine,
+        writers=tuple(s.name for s in made.values()), depends_on=tuple(made))
+    return made
+
+
+def _table_state(compiled: CompiledProject, ds: CompiledDatasource, key: ResourceKey, writer: str | None,
+                 depends_on: tuple[ResourceKey, ...], states: dict[ResourceKey, ResourceState]) -> ResourceState:
+    """A datasource's table: a landing datasource, or the target of the materialized pipe `writer`."""
+    definition = ds.definition
+    view = compiled.pipes[writer].view if writer else None
+    plan = view.plan if view is not None else None
+    return ResourceState(
+        key=key, name=ds.name, kind="view" if plan is not None else "datasource",
+        columns=tuple((c.name, c.type or "STRING") for c in ds.columns),
+        partition_key=definition.partition_key if definition else None,
+        sorting_key=definition.sorting_key if definition else (),
+        view_pipe=writer if plan is not None else None,
+        source=view.trigger if view is not None else None,
+        joined=view.joined if view is not None else (),
+        state_sql=plan.state_sql if plan is not None else None,
+        keys=plan.keys if plan is not None else (),
+        read_sql=plan.read_sql("{table}") if plan is not None else None,
+        compact_sql=plan.compact_sql("{table}") if plan is not None else None,
+        negate_sql=plan.negate_sql("{table}") if plan is not None else None,
+        backfill=definition.backfill if definition else None,
+        follow_ttl=view.follow_ttl if view is not None else False,
+        maintenance=_maintenance(plan, view.joined, view.trigger, depends_on, states)
+        if plan is not None and view is not None else None,
+        description=definition.description if definition else "",
+        ttl=definition.ttl if definition else None,
+        tokens=tuple((t.name, t.scope) for t in definition.tokens) if definition else (),
+        engine=definition.engine if definition else None,
+        forward_query=definition.forward_query if definition else None,
+        depends_on=depends_on,
+    )

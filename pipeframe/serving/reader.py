@@ -80,7 +80,7 @@ class Reader:
         self._deployed = Deployed(-2, DeployedSnapshot())
         # name → (what its DuckDB view or table reads, the deployed definition it was made from, its columns as
         # Spark types, TABLE or VIEW)
-        self._views: dict[str, tuple[Relation, ResourceState, dict[str, str], str]] = {}
+        self._views: dict[str, tuple[tuple[Relation, ...], ResourceState, dict[str, str], str]] = {}
         self._sketches: set[str] = set()  # views with merged sketch states among their columns
         self._parsed: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # a statement's shape → the tables it reads
         self._translations: OrderedDict[tuple, tuple] = OrderedDict()  # (shape, schema) → `_translation`'s
@@ -157,6 +157,7 @@ class Reader:
             self._remember(self._parsed, shape.key, names, CACHED_TRANSLATIONS)
         tables = [self._table(deployed, name, readable) for name in names]
         schema = {name: columns for name, (_, columns) in zip(names, tables, strict=True)}
+        read = [relation for relations, _ in tables for relation in relations]
         # One translation per shape and schema: a Date or DateTime parameter's value is bound as a DuckDB parameter,
         # so sqlglot runs once per endpoint and set of parameters, not once per value. The other literals must be
         # the ones it was translated with.
@@ -171,10 +172,10 @@ class Reader:
         # An answer is kept for one deployed state (a redeploy may finalize a view otherwise over the same rows)
         # and the versions of the tables it read.
         answer_key = (translation.sql, tuple(values.items()), deployed.version,
-                      tuple((r.name, r.version) for r, _ in tables))
+                      tuple((r.name, r.version) for r in read))
         answer = self._answers.get(answer_key)
         if answer is None:
-            answer = self._run(translation, [relation for relation, _ in tables], values)
+            answer = self._run(translation, read, values)
             if any(kind == "binary" for _, kind in answer.meta) and self._sketches.intersection(names):
                 # A merged sketch read as bytes: its bytes are Spark's own serialization (the order it merged in)
                 raise ReadFailed("a merged sketch state is read as bytes (its serialization is Spark's own)")
@@ -231,35 +232,35 @@ class Reader:
         return local.cursor
 
     def _table(self, deployed: Deployed, name: str,
-               readable: Iterable[str] | None) -> tuple[Relation, dict[str, str]]:
-        """The table `name` reads, brought to its newest version, as the DuckDB view `name` (its finalizing SQL, or
-        its declared columns, over its rows), and that view's columns as Spark types."""
-        state, path = self._resolve(deployed, name, readable)
-        try:
-            version = self.snapshots.version(path)
-            if version < 0:  # deployed, but its table is gone (removed by hand, or not made yet): Spark will say
-                raise Unreadable(f"the table of `{name}` is missing")
-            relation = self.snapshots.relation(path, version)
-        except Unreadable as exc:  # said of the table, never of where it is (answers show no paths)
-            raise Unreadable(str(exc).replace(path, f"the table of `{name}`")) from None
+               readable: Iterable[str] | None) -> tuple[tuple[Relation, ...], dict[str, str]]:
+        """The tables `name` reads (one; a datasource several pipes write: each writer's), brought to their newest
+        versions, as the DuckDB view `name` (its finalizing SQL, or its declared columns, over their rows), and that
+        view's columns as Spark types."""
+        state, paths = self._resolve(deployed, name, readable)
+        relations = tuple(self._relation(name, path) for path in paths)
         if not state.columns:  # a quarantine table: its columns are what its files hold
-            state = replace(state, columns=relation.columns)
+            state = replace(state, columns=relations[0].columns)
         found = self._views.get(name)
-        if found is not None and _current(found, relation, state):
-            return relation, found[2]
+        if found is not None and _current(found, relations, state):
+            return relations, found[2]
         with self._views_lock:  # one thread makes a view; DuckDB refuses two changing one catalog entry at once
             found = self._views.get(name)
-            if found is not None and _current(found, relation, state):
-                return relation, found[2]
-            sql = state.read_sql.replace("{table}", "`__pf_state`") if state.read_sql else \
-                f"SELECT {', '.join(f'`{c}`' for c, _ in state.columns)} FROM `__pf_state`"
-            view = translate.translate(translate.parse(sql), {"__pf_state": dict(relation.columns)},
-                                       renames={"__pf_state": relation.name})
+            if found is not None and _current(found, relations, state):
+                return relations, found[2]
+            parts = [f"`__pf_state{i}`" for i in range(len(relations))]
+            if state.kind == "shared":
+                sql = state.union_sql(parts)
+            else:
+                sql = state.read_sql.replace("{table}", parts[0]) if state.read_sql else \
+                    f"SELECT {', '.join(f'`{c}`' for c, _ in state.columns)} FROM {parts[0]}"
+            view = translate.translate(translate.parse(sql), {f"__pf_state{i}": dict(r.columns)
+                                                              for i, r in enumerate(relations)},
+                                       renames={f"__pf_state{i}": r.name for i, r in enumerate(relations)})
             self._functions(view.sql)
             # A view's finalizing SQL (its GROUP BY over the partial rows) is run once per version of a table held
             # in memory, into a table its queries read: each query pays for its own work, not the view's merge.
             # Other tables are views over the copy (or the files), which follows every version by itself.
-            kind = "TABLE" if state.read_sql and relation.in_memory else "VIEW"
+            kind = "TABLE" if state.read_sql and all(r.in_memory for r in relations) else "VIEW"
             cursor = self._db.cursor()
             try:
                 if found is not None and found[3] != kind:
@@ -268,21 +269,38 @@ class Reader:
                 columns = {c[0]: spark_type(str(c[1])) for c in cursor.execute(f'DESCRIBE "{name}"').fetchall()}
             finally:
                 cursor.close()
-            self._views[name] = (relation, state, columns, kind)
+            self._views[name] = (relations, state, columns, kind)
             if view.sketches:
                 self._sketches.add(name)
-        return relation, columns
+        return relations, columns
 
-    def _resolve(self, deployed: Deployed, name: str, readable: Iterable[str] | None) -> tuple[ResourceState, str]:
-        """The deployed table `name` names, as Spark resolves names (in any case), with its path; a datasource's
-        quarantine is `<datasource>_quarantine`."""
+    def _relation(self, name: str, path: str) -> Relation:
+        """The table at `path` (read for the name `name`) at its newest version."""
+        try:
+            version = self.snapshots.version(path)
+            if version < 0:  # deployed, but its table is gone (removed by hand, or not made yet): Spark will say
+                raise Unreadable(f"the table of `{name}` is missing")
+            return self.snapshots.relation(path, version)
+        except Unreadable as exc:  # said of the table, never of where it is (answers show no paths)
+            raise Unreadable(str(exc).replace(path, f"the table of `{name}`")) from None
+
+    def _resolve(self, deployed: Deployed, name: str, readable: Iterable[str] | None
+                 ) -> tuple[ResourceState, tuple[str, ...]]:
+        """The deployed table `name` names, as Spark resolves names (in any case), with its path (a datasource several
+        pipes write: its writers' paths); a datasource's quarantine is `<datasource>_quarantine`."""
         tables = [r for r in deployed.snapshot.values() if r.state.has_table and r.path is not None]
-        for resource in tables:
-            if resource.state.name.lower() == name.lower():
-                return resource.state, resource.path or ""
+        paths = {r.state.name: r.path or "" for r in tables}
+        for resource in deployed.snapshot.values():
+            state = resource.state
+            if state.name.lower() != name.lower():
+                continue
+            if state.kind == "shared" and all(w in paths for w in state.writers):
+                return state, tuple(paths[w] for w in state.writers)
+            if state.has_table and resource.path is not None:
+                return state, (resource.path,)
         for resource in tables:
             if resource.state.kind == "datasource" and name.lower() == f"{resource.state.name}_quarantine".lower():
-                return quarantine_state(resource.state.name), f"{self.uri}/quarantine/{resource.state.name}"
+                return quarantine_state(resource.state.name), (f"{self.uri}/quarantine/{resource.state.name}",)
         raise UnknownTable(name, sorted(readable) if readable is not None else sorted(r.state.name for r in tables))
 
     def _functions(self, sql: str) -> None:
@@ -301,15 +319,15 @@ class Reader:
                 cache.popitem(last=False)
 
 
-def _current(found: tuple[Relation, ResourceState, dict[str, str], str], relation: Relation,
+def _current(found: tuple[tuple[Relation, ...], ResourceState, dict[str, str], str], relations: tuple[Relation, ...],
              state: ResourceState) -> bool:
-    """Whether the DuckDB view or table made as `found` answers for `relation` as `state` defines it: made over the
-    same copy from the same definition, and, when it is a table (a finalized view), from this version or a newer
-    one (it is made after the copy reached the version it is labelled with, so it holds at least that version)."""
+    """Whether the DuckDB view or table made as `found` answers for `relations` as `state` defines it: made over the
+    same copies from the same definition, and, when it is a table (a finalized view), from these versions or newer
+    ones (it is made after the copies reached the versions it is labelled with, so it holds at least those)."""
     made, made_state, _, kind = found
-    if made.name != relation.name or not (made_state is state or made_state == state):
+    if [m.name for m in made] != [r.name for r in relations] or not (made_state is state or made_state == state):
         return False
-    return kind == "VIEW" or made.version >= relation.version
+    return kind == "VIEW" or all(m.version >= r.version for m, r in zip(made, relations, strict=True))
 
 
 class UnknownTable(Exception):

@@ -318,7 +318,7 @@ def test_plan_json_for_ci(evolve):
     assert data["changes"][0] == {
         "key": "datasource:events", "name": "events", "kind": "datasource", "action": "alter",
         "summary": "add column `country`", "details": ["add column `country` STRING"], "refused": None,
-        "hint": None, "alter_columns": [["country", "STRING"]], "cause": None}
+        "hint": None, "alter_columns": [["country", "STRING"]], "cause": None, "adopts": None}
     assert data["changes"][1]["action"] == "unchanged"
     refused = evolve({}, remove=("pipes/daily.pipe",)).to_json()
     assert (refused["refused"], refused["exit_code"], refused["changes"][-1]["action"]) == (1, 3, "drop")
