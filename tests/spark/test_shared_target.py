@@ -13,18 +13,8 @@ from pipeframe.engine.warehouse import local_version
 from pipeframe.project import Project
 from tests.spark.conftest import deployed
 from tests.spark.test_read_path import answers, engines
+from tests.unit.test_shared_target import CLICKS, COUNTS, VIEWS
 
-CLICKS = "SCHEMA >\n    `ts` DateTime,\n    `page` String,\n    `n` Int32\n"
-VIEWS = "SCHEMA >\n    `ts` DateTime,\n    `page` String,\n    `ms` Int32\n"
-COUNTS = """\
-SCHEMA >
-    `day` Date,
-    `page` String,
-    `hits` AggregateFunction(count),
-    `total` AggregateFunction(sum, Int64)
-ENGINE AggregatingMergeTree
-ENGINE_SORTING_KEY day, page
-"""
 WRITER = """\
 NODE agg
 SQL >
