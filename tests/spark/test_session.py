@@ -5,7 +5,7 @@ Everything here shares the one session of tests/spark/conftest.py; nothing start
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,8 +69,12 @@ def test_spark_output_goes_to_the_project_log_not_the_terminal(spark, spark_conf
     assert "Setting Spark log level" in log.read_text(encoding="utf-8", errors="replace")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("grpc") is not None, reason="Spark Connect extras are installed")
-def test_spark_connect_without_its_extras_is_a_clear_error_and_keeps_the_session(spark, spark_config):
+def test_spark_connect_without_its_extras_is_a_clear_error_and_keeps_the_session(spark, spark_config, monkeypatch):
+    # The test extras install Spark Connect's packages; hide grpc (an import of it fails, as where it is missing)
+    # and forget pyspark's Connect modules so they are imported again. monkeypatch puts both back.
+    monkeypatch.setitem(sys.modules, "grpc", None)
+    for name in [n for n in sys.modules if n.startswith("pyspark.sql.connect")]:
+        monkeypatch.delitem(sys.modules, name)
     remote = ProjectConfig(root=spark_config.root, name="remote", warehouse=spark_config.warehouse,
                            spark=SparkSettings(remote="sc://localhost:15002"))
     with pytest.raises(PipeframeError) as caught:
