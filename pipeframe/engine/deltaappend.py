@@ -42,6 +42,7 @@ them until OPTIMIZE rewrites them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -130,6 +131,110 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
         else:
             version += 1  # a blind append conflicts with no data change: take the next version
     return None
+
+
+def rewrite(folder: str, change: Callable[[list[dict]], list[dict] | None]) -> tuple[int, list[dict]] | None:
+    """Replace every row of a small table in local `folder` (one of pipeframe's own: the state store, the deploy
+    lock, the view records) by `change(rows)`, in one commit without a Spark job: the rows are read from the
+    snapshot's files, the new ones written as one file, and the commit removes every file read. `change` answers
+    None when there is nothing to change (no commit). Like a conditional UPDATE or a MERGE, it decides from the
+    snapshot it read: a commit that loses its version to another writer reads the new snapshot and asks `change`
+    again, so what it writes always follows every commit before it.
+
+    Returns (the version that holds the rows, those rows): the new version, or the one read when `change` answered
+    None. None when this module leaves the change to Spark, having committed nothing: a table it cannot read exactly
+    from its log (partitioned, clustered, deletion vectors, column mapping) or whose removes need more than this
+    writes (append-only, a change data feed), columns it has no Arrow type for, rows that do not fit the table, and
+    a commit that would fall on a checkpoint version: Spark's writer makes that one, and its checkpoint."""
+    import pyarrow as pa
+
+    for _attempt in range(ATTEMPTS):
+        table, snapshot = _table(folder), deltalog.live_files(folder)
+        if table is not None and snapshot is not None and snapshot[0] != table.version:
+            continue  # a commit landed between the two reads
+        if table is None or snapshot is None or table.partitions or table.clustered or \
+                (table.version + 1) % table.checkpoint_interval == 0:
+            return None
+        config = deltalog.table_state(folder)
+        if config is None or any(str(config.configuration().get(key, "false")).lower() == "true"
+                                 for key in ("delta.appendOnly", "delta.enableChangeDataFeed")):
+            return None
+        schema = _arrow_schema(table)
+        rows = deltalog.file_rows(snapshot[1], list(table.columns))
+        if schema is None or rows is None:
+            return None
+        changed = change(rows)
+        if changed is None:
+            return table.version, rows
+        if any(not set(row) <= set(table.columns) for row in changed):
+            return None  # a column the table does not have (an older warehouse's table): Spark's SQL says so
+        try:
+            new = pa.Table.from_pylist([{c: row.get(c) for c in table.columns} for row in changed], schema)
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+        if not _fits(new, table):
+            return None
+        data = _write_files(folder, new, table) if changed else []
+        if data is None:
+            return None
+        version = table.version + 1
+        committed = _commit(folder, version, table, len(changed), data, None, list(snapshot[1].values()))
+        if committed is None:
+            return None
+        if committed:
+            return version, changed
+        for add in data:  # another writer took the version: its rows may change what `change` decides
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, add["path"]))
+    return None
+
+
+def create(folder: str, columns: str, rows: list[dict] | None = None) -> bool | None:
+    """Create one of pipeframe's own small tables in local `folder` without a Spark job: version 0 with the columns
+    (`name TYPE, ...` of STRING, INT, BIGINT, BOOLEAN, TIMESTAMP) and `rows`, as Spark's `CREATE TABLE ... AS`
+    would write it (reader 1 / writer 2, no table properties). False when a table is there already (another
+    writer created it first: one takes version 0), None when the filesystem cannot create the commit this way."""
+    import pyarrow as pa
+
+    names = {"STRING": "string", "INT": "integer", "BIGINT": "long", "BOOLEAN": "boolean", "TIMESTAMP": "timestamp"}
+    fields = [(name, names[kind]) for name, kind in (column.split() for column in columns.split(", "))]
+    schema = {"type": "struct", "fields": [{"name": name, "type": kind, "nullable": True, "metadata": {}}
+                                           for name, kind in fields]}
+    table = _Table(-1, dict(fields), frozenset(), 10, False)
+    os.makedirs(os.path.join(folder, deltalog.LOG), exist_ok=True)
+    data = []
+    if rows:
+        arrow = pa.Table.from_pylist([{name: row.get(name) for name, _ in fields} for row in rows],
+                                     _arrow_schema(table))
+        data = _write_files(folder, arrow, table) or []
+    stamp = int(time.time() * 1000)
+    metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema, separators=(",", ":")), "partitionColumns": [],
+                "configuration": {}, "createdTime": stamp}
+    info = {"timestamp": stamp, "operation": "CREATE TABLE AS SELECT",
+            "operationParameters": {"partitionBy": "[]", "description": None, "isManaged": "false",
+                                    "properties": "{}"},
+            "isolationLevel": "Serializable", "isBlindAppend": True,
+            "operationMetrics": {"numFiles": str(len(data)), "numOutputRows": str(len(rows or ())),
+                                 "numOutputBytes": str(sum(add["size"] for add in data))},
+            "engineInfo": ENGINE, "txnId": str(uuid.uuid4())}
+    return _put(folder, 0, [{"commitInfo": info}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+                            {"metaData": metadata}, *({"add": add} for add in data)])
+
+
+def _arrow_schema(table: _Table) -> pa.Schema | None:
+    """The Arrow schema whose columns `_fits` the table's flat columns, in the table's order; None for a column of
+    another type."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "binary": pa.binary(), "boolean": pa.bool_(), "byte": pa.int8(),
+             "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+             "double": pa.float64(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+             "timestamp_ntz": pa.timestamp("us")}
+    if not all(isinstance(kind, str) and kind in types for kind in table.columns.values()):
+        return None
+    return pa.schema([pa.field(name, types[kind], name not in table.required)  # type: ignore[index]
+                      for name, kind in table.columns.items()])
 
 
 def _table(folder: str) -> _Table | None:
@@ -362,16 +467,31 @@ def _millis(value: datetime, zone: str | None, up: bool = False) -> str:
 
 
 def _commit(folder: str, version: int, table: _Table, count: int, data: list[dict],
-            user_metadata: str | None) -> bool | None:
-    """Put commit `version` in place: False when another writer has it, None when the filesystem cannot link."""
-    info = {"timestamp": int(time.time() * 1000), "operation": "WRITE",
-            "operationParameters": {"mode": "Append", "partitionBy": json.dumps(list(table.partitions))},
-            "readVersion": table.version, "isolationLevel": "Serializable", "isBlindAppend": True,
+            user_metadata: str | None, removed: list[dict] | None = None) -> bool | None:
+    """Put commit `version` in place: False when another writer has it, None when the filesystem cannot link.
+    `removed`: the `add` actions of the files a rewrite replaces (None: a blind append)."""
+    stamp = int(time.time() * 1000)
+    if removed is None:
+        operation = {"operation": "WRITE", "operationParameters": {
+            "mode": "Append", "partitionBy": json.dumps(list(table.partitions))}}
+    else:
+        operation = {"operation": "WRITE", "operationParameters": {"mode": "Overwrite", "partitionBy": "[]"}}
+    info = {"timestamp": stamp, **operation, "readVersion": table.version, "isolationLevel": "Serializable",
+            "isBlindAppend": removed is None,
             "operationMetrics": {"numFiles": str(len(data)), "numOutputRows": str(count),
-                                 "numOutputBytes": str(sum(add["size"] for add in data))},
+                                 "numOutputBytes": str(sum(add["size"] for add in data)),
+                                 **({"numRemovedFiles": str(len(removed))} if removed is not None else {})},
             **({"userMetadata": user_metadata} if user_metadata is not None else {}),
             "engineInfo": ENGINE, "txnId": str(uuid.uuid4())}
-    lines = [{"commitInfo": info}, *({"add": add} for add in data)]
+    removes = [{"remove": {"path": add["path"], "deletionTimestamp": stamp, "dataChange": True,
+                           "extendedFileMetadata": True, "partitionValues": add.get("partitionValues") or {},
+                           "size": add.get("size", 0)}} for add in removed or ()]
+    return _put(folder, version, [{"commitInfo": info}, *removes, *({"add": add} for add in data)])
+
+
+def _put(folder: str, version: int, lines: list[dict]) -> bool | None:
+    """Commit file `version` made of `lines`, created only if absent: False when another writer has it, None when
+    the filesystem cannot link."""
     log = os.path.join(folder, deltalog.LOG)
     final = os.path.join(log, f"{version:020d}.json")
     temporary = os.path.join(log, f".{version:020d}.json.{uuid.uuid4()}.tmp")

@@ -24,9 +24,9 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pipeframe.engine.commits import Commit
@@ -219,13 +219,19 @@ def data_files(folder: str) -> tuple[int, list[str]] | None:
     actions of its newest checkpoint and of the commit files after it, less their `remove`s. None when the log
     cannot say it exactly, or when reading the files alone would not give the table's rows (deletion vectors,
     partition columns, column mapping, a checkpoint with sidecar files)."""
+    found = live_files(folder)
+    return None if found is None else (found[0], list(found[1]))
+
+
+def live_files(folder: str) -> tuple[int, dict[str, dict]] | None:
+    """`data_files`, each local file with its `add` action (as the log holds it: what a `remove` of it repeats)."""
     try:
         listing = list_log(folder)
         if listing is None or listing.latest < 0:
             return None
         latest = listing.latest
         base, first = _replay_start(listing)
-        live: dict[str, None] = {}
+        live: dict[str, dict] = {}
         metadata: dict | None = None
 
         def apply(actions: Iterator[dict]) -> None:
@@ -238,7 +244,7 @@ def data_files(folder: str) -> tuple[int, list[str]] | None:
                 if isinstance(add := action.get("add"), dict):
                     if add.get("deletionVector"):
                         raise Unanswerable("a deletion vector")
-                    live[_file_path(folder, add.get("path"))] = None
+                    live[_file_path(folder, add.get("path"))] = add
                 elif isinstance(remove := action.get("remove"), dict):
                     live.pop(_file_path(folder, remove.get("path")), None)
 
@@ -254,7 +260,7 @@ def data_files(folder: str) -> tuple[int, list[str]] | None:
             return None
     except (OSError, Unanswerable):
         return None
-    return latest, list(live)
+    return latest, live
 
 
 def appended_files(folder: str, versions: list[int]) -> list[str] | None:
@@ -290,20 +296,35 @@ def read_rows(folder: str, columns: list[str]) -> tuple[int, list[dict]] | None:
     """(version, every row as {column: value}) of a small, plain table in a local folder, read with pyarrow
     without a Spark job; a column its files lack reads as None. None when `data_files` cannot say, or a file
     cannot be read: the caller asks Spark."""
-    import pyarrow.parquet as pq
-
     found = data_files(folder)
     if found is None:
         return None
+    rows = file_rows(found[1], columns)
+    return None if rows is None else (found[0], rows)
+
+
+def file_rows(paths: Iterable[str], columns: list[str]) -> list[dict] | None:
+    """The rows of parquet files as {column: value} (a column a file lacks reads as None; a timestamp as a naive
+    datetime in UTC, as pipeframe's clock and Spark's session zone have them); None when one cannot be read."""
+    import pyarrow.parquet as pq
+
     rows = []
     try:
-        for path in found[1]:
+        for path in paths:
             table = pq.read_table(path)
-            rows += [{c: row.get(c) for c in columns}
+            rows += [{c: _utc(row.get(c)) for c in columns}
                      for row in table.select([c for c in columns if c in table.column_names]).to_pylist()]
     except (OSError, ValueError):  # pyarrow's errors are both (ArrowInvalid is a ValueError)
         return None
-    return found[0], rows
+    return rows
+
+
+def _utc(value: Any) -> Any:
+    if not isinstance(value, datetime):
+        return value
+    if hasattr(value, "to_pydatetime"):  # pandas' Timestamp: what pyarrow gives for Spark's INT96 timestamps
+        value = value.to_pydatetime()
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 def _file_path(folder: str, path: object) -> str:

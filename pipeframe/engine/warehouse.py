@@ -11,12 +11,12 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pipeframe.engine import deltalog
+from pipeframe.engine import deltaappend, deltalog
 from pipeframe.engine.conflicts import local_folder, retrying
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
@@ -46,6 +46,7 @@ MULTI_DRIVER_LOGSTORE = "io.delta.storage.S3DynamoDBLogStore"
 VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
                 "backfill STRING, updated_at TIMESTAMP")
 VIEW_COLUMNS = [c.split()[0] for c in VIEWS_SCHEMA.split(", ") if not c.startswith("updated_at")]
+STATE_COLUMNS = [c.split()[0] for c in STATE_SCHEMA.split(", ")]
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,15 @@ def view_record(row: Mapping[str, Any]) -> ViewRecord:
 
 def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _updating(where: Callable[[dict], bool], values: dict) -> Callable[[list[dict]], list[dict] | None]:
+    """An UPDATE ... SET values WHERE where, as a change of all rows for `Warehouse._rewritten` (None: no row)."""
+    def change(rows: list[dict]) -> list[dict] | None:
+        if not any(where(r) for r in rows):
+            return None
+        return [{**r, **values} if where(r) else r for r in rows]
+    return change
 
 
 class Warehouse:
@@ -129,6 +139,10 @@ class Warehouse:
     # ------------------------------------------------------------------------------- state store
     def _records(self, kind: str) -> list:
         IO["state"] += 1
+        folder = local_folder(self.state_path)
+        read = deltalog.read_rows(folder, STATE_COLUMNS) if folder is not None else None
+        if read is not None:  # a local warehouse: its files read by pyarrow, without a Spark job
+            return [r for r in read[1] if r["record"] == kind]
         try:  # read first, ask whether it exists only when the read fails: one Delta log replay, not two
             return self.spark.read.format("delta").load(self.state_path).where(f"record = '{kind}'").collect()
         except Exception:
@@ -155,7 +169,7 @@ class Warehouse:
 
     def _ensure_state(self) -> None:
         self.require_safe_writers()
-        if not self._exists(self.state_path):
+        if not self._exists(self.state_path) and not self._created(self.state_path, STATE_SCHEMA):
             try:
                 self.spark.createDataFrame([], STATE_SCHEMA).write.format("delta").mode("append") \
                     .save(self.state_path)
@@ -169,11 +183,30 @@ class Warehouse:
         self._ensure_state()
         row = {"record": "deployment", "key": deployment, "started_at": now(), "git_commit": git_commit,
                "plan": json.dumps(plan), "result": "running", "user": _user(), "host": socket.gethostname()}
-        self.spark.createDataFrame([row], STATE_SCHEMA).write.format("delta").mode("append").save(self.state_path)
+        if self._rewritten(self.state_path, lambda rows: [*rows, row]) is None:
+            self.spark.createDataFrame([row], STATE_SCHEMA).write.format("delta").mode("append") \
+                .save(self.state_path)
 
     def record_failure(self, deployment: str, error: str) -> None:
-        self._update(self.state_path, f"record = 'deployment' AND key = {quote_string(deployment)}",
-                     {"result": "'failed'", "finished_at": "current_timestamp()", "error": quote_string(error[:2000])})
+        failed = {"result": "failed", "finished_at": now(), "error": error[:2000]}
+        if self._rewritten(self.state_path, _updating(
+                lambda r: r["record"] == "deployment" and r["key"] == deployment, failed)) is None:
+            self._update(self.state_path, f"record = 'deployment' AND key = {quote_string(deployment)}",
+                         {"result": "'failed'", "finished_at": "current_timestamp()",
+                          "error": quote_string(error[:2000])})
+
+    def _created(self, path: str, columns: str, rows: list[dict] | None = None) -> bool:
+        """One of pipeframe's own tables created in a local warehouse without a Spark job (`deltaappend.create`),
+        or by another writer meanwhile: False when Spark must create it."""
+        folder = local_folder(path)
+        return folder is not None and deltaappend.create(folder, columns, rows) is not None
+
+    def _rewritten(self, path: str, change: Callable[[list[dict]], list[dict] | None]) -> tuple[int, list[dict]] | None:
+        """One of pipeframe's own tables in a local warehouse changed by `change` (all rows → all rows, or None for
+        nothing to change) without a Spark job (`deltaappend.rewrite`): the version that holds the rows and the rows.
+        None when it cannot be: the caller makes the same change with Spark's SQL."""
+        folder = local_folder(path)
+        return None if folder is None else deltaappend.rewrite(folder, change)
 
     # Writes to pipeframe's own tables are SQL (UPDATE / MERGE INTO), the same on embedded Spark and on Spark
     # Connect, where `DeltaTable` would need Delta Connect's plugin on the server.
@@ -200,6 +233,17 @@ class Warehouse:
                  "definition_hash": r.state.definition_hash(), "deployed_at": r.deployed_at or stamp,
                  "deployment": deployment} for r in snapshot.values()]
         rows.append({"record": "deployment", "key": deployment, "finished_at": stamp, "result": "succeeded"})
+
+        def merged(current: list[dict]) -> list[dict]:  # the MERGE below, over the rows
+            kept = [r for r in current if r["record"] not in ("resource", "order") and
+                    not (r["record"] == "deployment" and r["key"] == deployment)]
+            started = [r for r in current if r["record"] == "deployment" and r["key"] == deployment]
+            finished = [{**r, "finished_at": stamp, "result": "succeeded"} for r in started] or [rows[-1]]
+            return [*kept, *finished, *rows[:-1]]
+
+        if self._rewritten(self.state_path, merged) is not None:
+            self._snapshot = snapshot
+            return
         source = self.spark.createDataFrame(rows, STATE_SCHEMA)
         self._merge(self.state_path, source, "t.record = s.record AND t.key = s.key",
                     "WHEN MATCHED AND s.record = 'deployment' THEN UPDATE SET finished_at = s.finished_at, "
@@ -211,8 +255,12 @@ class Warehouse:
 
     def swap(self, resource: DeployedResource, version: int, path: str) -> DeployedResource:
         """Point one deployed table at a new physical version (after a rebuild outside deploy)."""
-        self._update(self.state_path, f"record = 'resource' AND key = {quote_string(str(resource.key))}",
-                     {"version": str(int(version)), "path": quote_string(path), "deployed_at": "current_timestamp()"})
+        key = str(resource.key)
+        if self._rewritten(self.state_path, _updating(lambda r: r["record"] == "resource" and r["key"] == key, {
+                "version": int(version), "path": path, "deployed_at": now()})) is None:
+            self._update(self.state_path, f"record = 'resource' AND key = {quote_string(key)}",
+                         {"version": str(int(version)), "path": quote_string(path),
+                          "deployed_at": "current_timestamp()"})
         swapped = DeployedResource(resource.state, int(version), path, now())
         self._snapshot = self.snapshot().replaced(swapped)
         return swapped
@@ -243,7 +291,7 @@ class Warehouse:
     def save_view_record(self, record: ViewRecord) -> None:
         """Upsert one view's record (a record with nothing to say is deleted: the view is active)."""
         self.require_safe_writers()
-        if not self._exists(self.views_path):
+        if not self._exists(self.views_path) and not self._created(self.views_path, VIEWS_SCHEMA):
             with contextlib.suppress(Exception):  # a concurrent writer may create it first
                 self.spark.createDataFrame([], VIEWS_SCHEMA).write.format("delta").mode("append") \
                     .save(self.views_path)
@@ -251,6 +299,17 @@ class Warehouse:
                "stale_reason": record.stale_reason, "error": record.error,
                "backfill": json.dumps(record.backfill) if record.backfill else None, "updated_at": now()}
         idle = not (record.paused or record.stale_reason or record.error or record.backfill)
+
+        def upserted(rows: list[dict]) -> list[dict] | None:  # the MERGE below, over the rows
+            others = [r for r in rows if r["name"] != record.name]
+            if idle and len(others) == len(rows):
+                return None  # an active view without a record: nothing to delete
+            return others if idle else [*others, row]
+
+        done = self._rewritten(self.views_path, upserted)
+        if done is not None:
+            self._records_at = (done[0], {r["name"]: view_record(r) for r in done[1]})
+            return
         source = self.spark.createDataFrame([row], VIEWS_SCHEMA)
 
         def upsert() -> None:  # retried when another view's record changed meanwhile
@@ -282,9 +341,11 @@ class Warehouse:
         older than an hour, is taken over."""
         self.require_safe_writers()
         try:
-            if not self._exists(self.lock_path):
+            if not self._exists(self.lock_path) and not self._created(self.lock_path, LOCK_SCHEMA, [{"id": 1}]):
                 self.spark.createDataFrame([(1, None, None, None, None, None)], LOCK_SCHEMA) \
                     .write.format("delta").mode("error").save(self.lock_path)  # "error": Connect's spelling too
+            if self._take_local(holder):
+                return
             if self._take("holder IS NULL OR expires_at < current_timestamp()", holder):
                 return
             current = self.spark.read.format("delta").load(self.lock_path).first()
@@ -299,6 +360,30 @@ class Warehouse:
                 raise PipeframeError("PF602", "Another deploy is running on this warehouse.",
                                      "Wait for it to finish and run deploy again; deploys are serialized.") from None
             raise
+
+    def _take_local(self, holder: str) -> bool:
+        """The lock of a local warehouse taken without a Spark job (`_rewritten`): True when taken, PF602 while a
+        live holder has it, False when Spark must take it (`_take`)."""
+        taken: list[dict] = []
+
+        def take(rows: list[dict]) -> list[dict] | None:
+            taken.clear()
+            if len(rows) != 1:
+                return None  # not the one-row table this writes: Spark's UPDATE decides
+            row = rows[0]
+            if row["holder"] is not None and not self._stale(row):  # expired, or its process on this host is gone
+                return None
+            stamp = now()
+            taken.append({**row, "holder": holder, "host": socket.gethostname(), "pid": os.getpid(),
+                          "acquired_at": stamp, "expires_at": stamp + timedelta(seconds=LOCK_TTL_SECONDS)})
+            return taken
+
+        done = self._rewritten(self.lock_path, take)
+        if done is None or len(done[1]) != 1:
+            return False
+        if taken and done[1] == taken:
+            return True
+        raise _busy(done[1][0])
 
     def _take(self, condition: str, holder: str) -> bool:
         result = self.spark.sql(
@@ -320,6 +405,9 @@ class Warehouse:
         return False
 
     def release_lock(self, holder: str) -> None:
+        free = {"holder": None, "host": None, "pid": None, "acquired_at": None, "expires_at": None}
+        if self._rewritten(self.lock_path, _updating(lambda r: r["holder"] == holder, free)) is not None:
+            return
         if self._exists(self.lock_path):
             self._update(self.lock_path, f"holder = {quote_string(holder)}",
                          {"holder": "NULL", "host": "NULL", "pid": "NULL", "acquired_at": "NULL", "expires_at": "NULL"})

@@ -672,3 +672,29 @@ def test_lines_typed_without_spark_to_a_table_spark_writes(spark, spark_config, 
         {"orders": 4, "revenue": 12.0}
     quarantine = spark.read.format("delta").load(project.warehouse.quarantine_path("events"))
     assert [r["reason"] for r in quarantine.where("raw LIKE '%never%'").collect()] == [result.reasons[0]]
+
+
+def test_pipeframes_own_tables_written_without_spark_read_and_update_as_sparks_own(spark, table_path):
+    """The state store, lock and view records of a local warehouse are created and rewritten by pyarrow
+    (`deltaappend.create`/`rewrite`); Spark reads every version, its UPDATE continues the log (and writes the
+    checkpoint version a rewrite leaves to it), and a rewrite after it starts from Spark's rows and checkpoint."""
+    from pipeframe.engine.warehouse import LOCK_SCHEMA
+
+    folder = table_path
+    stamp = datetime(2026, 11, 27, 9, 30, 1, 250000)
+    assert deltaappend.create(folder, LOCK_SCHEMA, [{"id": 1}]) is True
+    for version in range(1, 10):
+        done = deltaappend.rewrite(folder, lambda rs, v=version: [{**r, "pid": v, "acquired_at": stamp} for r in rs])
+        assert done is not None and done[0] == version
+    assert deltaappend.rewrite(folder, lambda rs: [{**r, "pid": 10} for r in rs]) is None  # a checkpoint version
+    read = spark.read.format("delta").load(folder)
+    assert [tuple(r) for r in read.collect()] == [(1, None, None, 9, stamp, None)]
+    assert [r.version for r in spark.sql(f"DESCRIBE HISTORY {quote_path(folder)}").collect()] == list(range(9, -1, -1))
+    assert [tuple(r) for r in spark.read.format("delta").option("versionAsOf", 4).load(folder).collect()] == [
+        (1, None, None, 4, stamp, None)]
+
+    spark.sql(f"UPDATE {quote_path(folder)} SET pid = 10, holder = 'spark' WHERE id = 1")
+    assert os.path.exists(os.path.join(folder, "_delta_log", f"{10:020d}.checkpoint.parquet"))
+    done = deltaappend.rewrite(folder, lambda rs: [{**r, "pid": r["pid"] + 1} for r in rs])
+    assert done is not None and done[0] == 11 and done[1][0]["holder"] == "spark"
+    assert [tuple(r) for r in spark.read.format("delta").load(folder).collect()] == [(1, "spark", None, 11, stamp, None)]
