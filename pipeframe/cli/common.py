@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -56,9 +58,15 @@ def print_diagnostic(d: Diagnostic) -> None:
         click.echo(f"    {click.style('fix:', fg='green')} {d.hint}")
 
 
-def run(action: Callable[[], int | None]) -> None:
+def run(action: Callable[[], int | None], long_lived: bool = False) -> None:
     """Run a command body: PipeframeErrors print as diagnostics (exit 1), never as tracebacks. Output piped into
-    a reader that stops early (`pipeframe check | head -1`) ends the command quietly, as Unix tools do."""
+    a reader that stops early (`pipeframe check | head -1`) ends the command quietly, as Unix tools do.
+
+    `long_lived` (`serve`, `dev`): once the command's own shutdown path has stopped its jobs, the process waits for
+    its non-daemon threads (a checkpoint being written), flushes its output and ends without the interpreter's
+    finalization. CPython (before 3.14) ends a daemon thread that wakes during finalization with pthread_exit; in
+    the frames of a C++ library whose catch(...) swallows that unwind (pyarrow, DuckDB), the process then aborts
+    (SIGABRT, "FATAL: exception not rethrown") after a clean stop. Seen on `dev` under load, Ctrl-C while idle."""
     try:
         code = _run(action)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -67,6 +75,13 @@ def run(action: Callable[[], int | None]) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
+    if long_lived:
+        for thread in threading.enumerate():
+            if not thread.daemon and thread is not threading.current_thread():
+                thread.join()
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 

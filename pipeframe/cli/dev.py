@@ -43,7 +43,7 @@ def dev(host: str, port: int, project_dir: str, env: str) -> None:
     """
     from pipeframe.dev import DevLoop
 
-    run(lambda: DevLoop(project_dir, env=env, echo=click.echo, style=click.style).run(host, port))
+    run(lambda: DevLoop(project_dir, env=env, echo=click.echo, style=click.style).run(host, port), long_lived=True)
 
 
 @click.command()

@@ -74,7 +74,7 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
         click.echo("stopped")
         return 0
 
-    run(body)
+    run(body, long_lived=True)
 
 
 COMMANDS = [serve]

@@ -38,7 +38,11 @@ by gets its bounds, or the append is left to Spark.
 Statistics: numRecords, nullCount of every column but structs, min/max of numbers, dates, times and strings (strings
 cut to Delta's 32-character prefix: the minimum as its prefix, a longer maximum as its prefix and U+10FFFF, which no
 longer value with that prefix exceeds); none for the rest, which only means those files are not skipped by filters on
-them until OPTIMIZE rewrites them."""
+them until OPTIMIZE rewrites them.
+
+pipeframe's own small tables (the state store, the deploy lock, the view records) are also created (`create`) and
+changed (`rewrite`: every row read, the new rows written as one file, every old file removed in the same commit)
+here, with the same commit file a version only one writer can take."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.engine import tables
 from pipeframe.engine.commits import Commit
+from pipeframe.engine.conflicts import view_lock
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.plan import records
 from pipeframe.plan.diff import drop_views
@@ -181,8 +182,11 @@ class Lifecycle:
     def pause(self, name: str, permanent: bool = False) -> ViewRecord:
         """Stop applying new source rows to a view; it keeps its watermark and catches up on resume."""
         view = self.materializer.resolve(name)
-        record = replace(self.warehouse.view_record(view.state.name), paused=True, permanent=permanent)
-        self.warehouse.save_view_record(record)
+        # Under the view's refresh lock: an increment under way finishes first, and any refresh after this answer
+        # reads the record inside that lock (`Materializer._refresh_one`), so no row that lands later is applied.
+        with view_lock(self.warehouse.uri, view.state.name):
+            record = replace(self.warehouse.view_record(view.state.name), paused=True, permanent=permanent)
+            self.warehouse.save_view_record(record)
         return record
 
     def resume(self, name: str) -> list[ViewRefresh]:

@@ -200,14 +200,16 @@ class Materializer:
 
     def _refresh_one(self, view: DeployedResource, record: ViewRecord) -> ViewRefresh:
         name = view.state.name
-        if record.error:
-            return ViewRefresh(name, "error", message=f"{record.error} (run `pipeframe recover {name}`)")
-        if record.stale_reason:
-            return ViewRefresh(name, "stale", message=record.stale_reason)
-        if record.paused:
-            return ViewRefresh(name, "paused")
+        held = _held(record)
+        if held is not None:
+            return held
         try:
             with view_lock(self.warehouse.uri, name):
+                # The records were read when the round began: a pause saved since (under this lock) holds the view.
+                record = self.warehouse.view_record_now(name, record)
+                held = _held(record)
+                if held is not None:
+                    return held
                 return retrying(lambda: self._apply_increment(view))
         except PipeframeError:
             raise
@@ -768,6 +770,18 @@ class _SessionMetadata:
 
     def __exit__(self, *exc: object) -> None:
         self.spark.conf.unset(self.KEY)
+
+
+def _held(record: ViewRecord) -> ViewRefresh | None:
+    """What a refresh answers for a view its record holds back (failed, stale, paused); None for an active one."""
+    name = record.name
+    if record.error:
+        return ViewRefresh(name, "error", message=f"{record.error} (run `pipeframe recover {name}`)")
+    if record.stale_reason:
+        return ViewRefresh(name, "stale", message=record.stale_reason)
+    if record.paused:
+        return ViewRefresh(name, "paused")
+    return None
 
 
 def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:

@@ -197,9 +197,11 @@ class Warehouse:
 
     def _created(self, path: str, columns: str, rows: list[dict] | None = None) -> bool:
         """One of pipeframe's own tables created in a local warehouse without a Spark job (`deltaappend.create`),
-        or by another writer meanwhile: False when Spark must create it."""
-        folder = local_folder(path)
-        return folder is not None and deltaappend.create(folder, columns, rows) is not None
+        or by another writer meanwhile: False when Spark must create it, also where the warehouse's folder is not
+        on this machine (a Spark Connect server's own disk)."""
+        folder, root = local_folder(path), local_folder(self.uri)
+        return folder is not None and root is not None and os.path.isdir(root) and \
+            deltaappend.create(folder, columns, rows) is not None
 
     def _rewritten(self, path: str, change: Callable[[list[dict]], list[dict] | None]) -> tuple[int, list[dict]] | None:
         """One of pipeframe's own tables in a local warehouse changed by `change` (all rows → all rows, or None for
@@ -287,6 +289,11 @@ class Warehouse:
 
     def view_record(self, name: str) -> ViewRecord:
         return self.view_records().get(name) or ViewRecord(name)
+
+    def view_record_now(self, name: str, known: ViewRecord) -> ViewRecord:
+        """A view's record as of now where reading it costs no Spark job (a local warehouse: its log's listing,
+        and its files when they changed); `known` elsewhere."""
+        return self.view_record(name) if local_version(self.views_path) is not None else known
 
     def save_view_record(self, record: ViewRecord) -> None:
         """Upsert one view's record (a record with nothing to say is deleted: the view is active)."""

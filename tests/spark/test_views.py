@@ -268,3 +268,26 @@ def test_delete_and_replace_where_reach_the_views_and_a_full_replace_rebuilds_th
     with pytest.raises(PipeframeError, match="PF713"):
         project.replace("events", events(("2024-05-06 10:00:00", "y", 1)), where="user_id = 'z'")
     assert rows(project, "SELECT user_id FROM events") == [("z",)]  # nothing replaced
+
+
+def test_a_pause_saved_after_a_refresh_read_the_records_holds_the_view(project, monkeypatch):
+    """A refresh round reads the view records once when it begins; a pause acknowledged after that (and rows landing
+    after the pause) must still hold the view: the round reads the record again under the view's lock."""
+    project.append("events", events(("2024-05-01 10:00:00", "a", 1)))
+    materializer = project.materializer()
+    read = materializer.warehouse.view_records
+    path = project.warehouse.snapshot(fresh=True).table("events").path
+
+    def records_then_a_pause_and_new_rows():
+        records = read()
+        monkeypatch.setattr(materializer.warehouse, "view_records", read)
+        Project(project.root, spark=project.spark, environ={}).pause("hourly")  # another writer
+        later = project.spark.createDataFrame([("2024-05-01 11:00:00", "b", 2)], "ts STRING, user_id STRING, amount INT")
+        later.selectExpr("CAST(ts AS TIMESTAMP) ts", "user_id", "amount").write.format("delta").mode("append").save(path)
+        return records
+
+    monkeypatch.setattr(materializer.warehouse, "view_records", records_then_a_pause_and_new_rows)
+    assert {r.view: r.outcome for r in materializer.refresh()}["hourly"] == "paused"
+    assert rows(project, "SELECT CAST(hour AS STRING), n FROM hourly") == [("2024-05-01 10:00:00", 1)]
+    assert [v.outcome for v in project.resume("hourly")] == ["applied", "applied"]
+    assert_views_match_raw(project)
