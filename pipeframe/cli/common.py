@@ -75,7 +75,7 @@ def run(action: Callable[[], int | None], long_lived: bool = False) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
-    if long_lived:
+    if long_lived and code == 0:  # it served and stopped cleanly (a refusal before serving exits as any command)
         for thread in threading.enumerate():
             if not thread.daemon and thread is not threading.current_thread():
                 thread.join()
