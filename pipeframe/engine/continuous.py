@@ -111,14 +111,17 @@ class ContinuousMaterializer:
         from pipeframe.engine.materialize import ViewRefresh
 
         figures = self.figures.get(view)
-        # A round that applied rows since the commit was waited for (`after`: the rounds started by then, so the
-        # round in progress at the commit counts too: it may have read the commit) applied them; the waiter's own
-        # round then found the view up to date.
-        if figures is not None and after is not None and figures.applied is not None and \
-                figures.applied_round >= after:
-            return figures.applied
         if figures is not None and figures.last is not None and figures.round >= round_:
+            # The waiter's own round found the view up to date: a round since the commit was waited for (`after`:
+            # the rounds started by then, so the round in progress at the commit counts too: it may have read the
+            # commit) applied the rows. Any other outcome of its own round (paused, error, applied) is the answer:
+            # the round in progress at the commit may have applied only rows committed before it.
+            if figures.last.outcome == "up to date" and after is not None and figures.applied is not None and \
+                    figures.applied_round >= after:
+                return figures.applied
             return figures.last
+        if figures is not None and after is not None and figures.applied is not None and figures.applied_round >= after:
+            return figures.applied  # its own round did not get to the view (it failed): the rows were applied
         return ViewRefresh(view, "pending", message=self.problem or "not refreshed yet: the next round applies it")
 
     def view_json(self, view: str) -> dict:
