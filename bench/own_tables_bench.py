@@ -7,7 +7,7 @@ Each round, on a fresh copy of example_project, first with the Spark path (the r
 Spark", as on object storage), then with the pyarrow path, timed per operation:
 
   deploy    `Project.deploy()` of the 15 resources (creates the state store and the lock, takes and frees the lock,
-            records the deploy's start and its one-commit swap)
+            records the deploy's start and its one-commit swap; each view's first commit over its empty source)
   pause     `pause` then `resume` of one view (two upserts of the view records)
   noop      a second `deploy()` (nothing to change: lock, no commit)
 
@@ -34,17 +34,19 @@ sys.path.insert(0, str(REPO))
 
 @contextlib.contextmanager
 def spark_path(enabled: bool):
-    """With `enabled`, every write of pipeframe's own tables goes to Spark (create/rewrite answer None)."""
+    """With `enabled`, every write of pipeframe's own tables goes to Spark (create/rewrite answer None), and so does
+    the first commit of a view deployed over a source without rows (no_rows answers None)."""
     from pipeframe.engine import deltaappend
 
-    create, rewrite = deltaappend.create, deltaappend.rewrite
+    create, rewrite, no_rows = deltaappend.create, deltaappend.rewrite, deltaappend.no_rows
     if enabled:
         deltaappend.create = lambda *a, **k: None
         deltaappend.rewrite = lambda *a, **k: None
+        deltaappend.no_rows = lambda *a, **k: None
     try:
         yield
     finally:
-        deltaappend.create, deltaappend.rewrite = create, rewrite
+        deltaappend.create, deltaappend.rewrite, deltaappend.no_rows = create, rewrite, no_rows
 
 
 def one(spark, root: Path, spark_only: bool) -> dict[str, float]:

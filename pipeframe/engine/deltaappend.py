@@ -47,6 +47,7 @@ here, with the same commit file a version only one writer can take."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -93,6 +94,7 @@ class _Table:
     partitions: tuple[str, ...] = ()  # the partition columns, in order
     generated: tuple[tuple[str, str], ...] = ()  # (partition column, its generation expression)
     clustered: bool = False  # the `clustering` writer feature: every file needs the clustering columns' bounds
+    keeps_removes: bool = False  # append-only, or a change data feed: a remove needs more than `rewrite` writes
 
 
 def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
@@ -159,9 +161,7 @@ def rewrite(folder: str, change: Callable[[list[dict]], list[dict] | None]) -> t
         if table is None or snapshot is None or table.partitions or table.clustered or \
                 (table.version + 1) % table.checkpoint_interval == 0:
             return None
-        config = deltalog.table_state(folder)
-        if config is None or any(str(config.configuration().get(key, "false")).lower() == "true"
-                                 for key in ("delta.appendOnly", "delta.enableChangeDataFeed")):
+        if table.keeps_removes:
             return None
         schema = _arrow_schema(table)
         rows = deltalog.file_rows(snapshot[1], list(table.columns))
@@ -191,6 +191,21 @@ def rewrite(folder: str, change: Callable[[list[dict]], list[dict] | None]) -> t
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, add["path"]))
     return None
+
+
+def no_rows(folder: str) -> pa.Table | None:
+    """No rows, in the Arrow schema `append` writes to the table in local `folder` (as Spark brings its rows to
+    the driver): what an append that commits nothing but its metadata passes. None when there is no table."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    state = deltalog.table_state(folder)
+    try:
+        schema = StructType.fromJson(json.loads(state.metadata.get("schemaString") or "")) if state else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return None if schema is None else pa.Table.from_pylist([], to_arrow_schema(schema))
 
 
 def create(folder: str, columns: str, rows: list[dict] | None = None) -> bool | None:
@@ -231,14 +246,22 @@ def _arrow_schema(table: _Table) -> pa.Schema | None:
     another type."""
     import pyarrow as pa
 
-    types = {"string": pa.string(), "binary": pa.binary(), "boolean": pa.bool_(), "byte": pa.int8(),
-             "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(), "float": pa.float32(),
-             "double": pa.float64(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
-             "timestamp_ntz": pa.timestamp("us")}
+    types = _simple_types()
     if not all(isinstance(kind, str) and kind in types for kind in table.columns.values()):
         return None
-    return pa.schema([pa.field(name, types[kind], name not in table.required)  # type: ignore[index]
+    return pa.schema([pa.field(name, types[kind][0], name not in table.required)  # type: ignore[index]
                       for name, kind in table.columns.items()])
+
+
+@functools.cache
+def _simple_types() -> dict[str, tuple[pa.DataType, ...]]:
+    """Delta's flat types → the Arrow types whose values are written as that type; the first is the one written."""
+    import pyarrow as pa
+
+    return {"string": (pa.string(), pa.large_string()), "binary": (pa.binary(), pa.large_binary()),
+            "boolean": (pa.bool_(),), "byte": (pa.int8(),), "short": (pa.int16(),), "integer": (pa.int32(),),
+            "long": (pa.int64(),), "float": (pa.float32(),), "double": (pa.float64(),), "date": (pa.date32(),),
+            "timestamp": (pa.timestamp("us", tz="UTC"),), "timestamp_ntz": (pa.timestamp("us"),)}
 
 
 def _table(folder: str) -> _Table | None:
@@ -266,8 +289,10 @@ def _table(folder: str) -> _Table | None:
     if interval < 1 or any(str(key).startswith(UNSAFE_FIELD) for key in top + nested) or \
             any(types.get(name) not in PARTITION_TYPES for name in partitions):
         return None
+    keeps_removes = any(str(config.get(key, "false")).lower() == "true"
+                        for key in ("delta.appendOnly", "delta.enableChangeDataFeed"))
     return _Table(state.version, types, frozenset(f["name"] for f in fields if f.get("nullable") is False), interval,
-                  "deletionVectors" in features, partitions, expressions, "clustering" in features)
+                  "deletionVectors" in features, partitions, expressions, "clustering" in features, keeps_removes)
 
 
 def _with_generated(rows: pa.Table, table: _Table, time_zone: str) -> pa.Table | None:
@@ -315,7 +340,6 @@ def _fits(rows: pa.Table, table: _Table) -> bool:
 
 
 def _same_type(arrow: pa.DataType, delta: object) -> bool:
-    import pyarrow as pa
     import pyarrow.types as t
 
     if isinstance(delta, dict):
@@ -334,13 +358,10 @@ def _same_type(arrow: pa.DataType, delta: object) -> bool:
                 [f["name"] for f in fields] and all(_same_type(arrow.field(i).type, f["type"])
                                                     for i, f in enumerate(fields))
         return False
-    simple = {"string": (pa.string(), pa.large_string()), "binary": (pa.binary(), pa.large_binary()),
-              "boolean": (pa.bool_(),), "byte": (pa.int8(),), "short": (pa.int16(),), "integer": (pa.int32(),),
-              "long": (pa.int64(),), "float": (pa.float32(),), "double": (pa.float64(),), "date": (pa.date32(),)}
-    if delta in simple:
-        return arrow in simple[delta]
     if delta in ("timestamp", "timestamp_ntz"):
         return t.is_timestamp(arrow) and arrow.unit == "us" and (arrow.tz is None) == (delta == "timestamp_ntz")
+    if isinstance(delta, str) and delta in _simple_types():
+        return arrow in _simple_types()[delta]
     if isinstance(delta, str) and delta.startswith("decimal("):
         precision, scale = (int(x) for x in delta[8:-1].split(","))
         return t.is_decimal(arrow) and (arrow.precision, arrow.scale) == (precision, scale)

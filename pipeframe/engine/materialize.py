@@ -517,14 +517,15 @@ class Materializer:
             return batch
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None,
-                     metadata: records.ViewCommit | records.PopulateChunk, **watermark) -> bool:
-        """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows)."""
+                     metadata: records.ViewCommit | records.PopulateChunk, empty: bool = False, **watermark) -> bool:
+        """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows).
+        `empty`: `batch` holds no rows and the view's query makes none from none (`tables.write_states`)."""
         self._register_lookups(view.state)
         # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
         states = self._states(view, batch, self._pinned(view, joined or {}))
         metadata = replace(metadata, joined=joined or {})
         written = tables.write_states(states, view.state, view.path or "", metadata=metadata,
-                                      direct=self.direct_commit, **watermark)
+                                      direct=self.direct_commit, empty=empty, **watermark)
         with self._cache_lock:
             self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
         return written
@@ -682,12 +683,14 @@ class Materializer:
         with BACKFILL skip; either way the table records that version as its watermark."""
         source = self._source_of(view)
         pinned = tables.latest_commit(self.spark, source.path or "").version
-        if view.state.backfill == "skip":
+        empty = view.state.backfill == "skip" or tables.holds_no_rows(source.path or "", pinned)
+        if empty:
             batch = self.spark.createDataFrame([], source.state.schema)
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
         self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,
-                          metadata=records.ViewCommit(view.state.name, backfill=view.state.backfill or "full"))
+                          metadata=records.ViewCommit(view.state.name, backfill=view.state.backfill or "full"),
+                          empty=empty and _none_from_none(view.state))
         self._drop_temp_views()
 
     # ---------------------------------------------------------------------------------- optimize
@@ -856,3 +859,10 @@ def _alive(pid: object) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _none_from_none(state: ResourceState) -> bool:
+    """Whether the view's query makes no row when its source has none, known from its plan: it reads its source
+    alone (no other table whose rows a join or a union could bring) and is not a global aggregate (no GROUP BY:
+    one row from no rows)."""
+    return all(key.name == state.source for key in state.depends_on) and (not state.aggregated or bool(state.keys))

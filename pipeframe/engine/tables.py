@@ -272,7 +272,8 @@ def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version
 
 def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_version: int | None = None,
                  source_path: str | None = None, after: int | None = None, app_id: str | None = None,
-                 txn_version: int | None = None, metadata: ViewRecord | None = None, direct: bool = False) -> bool:
+                 txn_version: int | None = None, metadata: ViewRecord | None = None, direct: bool = False,
+                 empty: bool = False) -> bool:
     """Append view rows to `path` in one Delta commit; False when Delta skipped it as a replay.
 
     With `source_version`, the commit also records the view's watermark: the userMetadata names the source
@@ -287,22 +288,27 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     With `direct`, an increment of a view in a local folder (no transaction id; `metadata.rows`, the source rows
     it applies, at most DIRECT_ROWS, or DIRECT_ROWS_AGGREGATED with GROUP BY: a bound on its state rows, so not
     for joins) that `deltaappend` can write has its states brought to the driver as Arrow and appended by it: one
-    Spark job instead of a write job and Delta's commit. States the driver cannot take go to Spark's writer."""
+    Spark job instead of a write job and Delta's commit. States the driver cannot take go to Spark's writer.
+
+    `empty`: the caller knows `frame` holds no rows without running it (a backfill from a source without rows, of
+    a view whose query makes no row from none: not a global aggregate): `direct` then commits only the watermark,
+    and no Spark job runs."""
     info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
                                              metadata)
     typed = frame.selectExpr(*_typed(state))
     folder = local_folder(path)
     bound = DIRECT_ROWS_AGGREGATED if state.aggregated else DIRECT_ROWS
     if direct and app_id is None and folder is not None and \
-            _rows(metadata, bound + 1) <= bound and deltaappend.writable(folder):
+            (empty or _rows(metadata, bound + 1) <= bound) and deltaappend.writable(folder):
         spark = frame.sparkSession
         try:
-            rows = typed.toArrow()
+            rows = deltaappend.no_rows(folder) if empty else typed.toArrow()
         except Exception as exc:
             if not too_big_for_driver(exc):
                 raise
             log.warning("states of %s not brought to the driver (%s): written by Spark", path, first_line(exc))
-        else:
+            rows = None
+        if rows is not None:
             with table_lock(path):
                 version = deltaappend.append(folder, rows, records.encode(info),
                                              checkpoint_later(spark, path), spark.conf.get("spark.sql.session.timeZone"))
@@ -361,6 +367,14 @@ def _rows(record: ViewRecord | None, unknown: int) -> int:
 
 def _typed(state: ResourceState) -> list[str]:
     return [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
+
+
+def holds_no_rows(path: str, version: int) -> bool:
+    """Whether the table at `path` holds no rows at `version`, known from its local log without a Spark job (no
+    file at all; False where the log cannot say)."""
+    folder = local_folder(path)
+    snapshot = deltalog.live_files(folder) if folder is not None else None
+    return snapshot is not None and snapshot[0] == version and not snapshot[1]
 
 
 def guarded_by_lock(path: str) -> bool:

@@ -291,3 +291,46 @@ def test_a_pause_saved_after_a_refresh_read_the_records_holds_the_view(project, 
     assert rows(project, "SELECT CAST(hour AS STRING), n FROM hourly") == [("2024-05-01 10:00:00", 1)]
     assert [v.outcome for v in project.resume("hourly")] == ["applied", "applied"]
     assert_views_match_raw(project)
+
+
+TOTALS = """\
+NODE totals
+SQL >
+    SELECT count(*) AS n, sum(amount) AS total
+    FROM events
+TYPE materialized
+DATASOURCE totals
+"""
+
+
+def test_views_deployed_over_a_source_without_rows_start_from_its_version_without_a_spark_job(spark, spark_config):
+    """A view deployed over an empty source gets its first commit (the watermark, no rows) from pyarrow where its
+    query makes no row from none; a global aggregate (one row from none) is still computed by Spark. Both then
+    follow their source's rows from that version on, as recomputations of it."""
+    from pipeframe.engine import deltaappend, deltalog
+    from pipeframe.engine.conflicts import local_folder
+    from pipeframe.plan import records
+
+    root = Path(spark_config.root) / "views" / "empty_source"
+    shutil.rmtree(root, ignore_errors=True)
+    for rel, text in {"datasources/events.datasource": EVENTS_JSON, "pipes/hourly.pipe": HOURLY,
+                      "pipes/daily.pipe": DAILY, "pipes/totals.pipe": TOTALS}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    p = Project(root, spark=spark, environ={})
+    p.deploy()
+    snapshot = p.warehouse.snapshot(fresh=True)
+    for name, ours in (("hourly", True), ("daily", True), ("totals", False)):
+        actions = deltalog.commit_actions(local_folder(snapshot.table(name).path), 1)
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        assert (info.get("engineInfo") == deltaappend.ENGINE) is ours, name
+        source = snapshot.table(snapshot.table(name).state.source)
+        watermark = records.decode(info["userMetadata"], name)
+        assert watermark.source_version == deltalog.table_state(local_folder(source.path)).version
+        assert watermark.source_path == source.path
+        assert ours is not any("add" in a for a in actions)  # the global aggregate's one row from no rows
+    assert rows(p, "SELECT n, total FROM totals") == [(0, None)]
+    p.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-01 11:00:00", "b", 2)))
+    p.append("events", events(("2024-05-02 10:00:00", "a", 4)))
+    assert_views_match_raw(p)
+    assert rows(p, "SELECT n, total FROM totals") == rows(p, "SELECT count(*), sum(amount) FROM events")
