@@ -40,9 +40,10 @@ cut to Delta's 32-character prefix: the minimum as its prefix, a longer maximum 
 longer value with that prefix exceeds); none for the rest, which only means those files are not skipped by filters on
 them until OPTIMIZE rewrites them.
 
-pipeframe's own small tables (the state store, the deploy lock, the view records) are also created (`create`) and
-changed (`rewrite`: every row read, the new rows written as one file, every old file removed in the same commit)
-here, with the same commit file a version only one writer can take."""
+Tables are created here too (`create`: version 0 as Spark's CREATE TABLE writes it, for deploy's datasource and view
+tables and pipeframe's own), and pipeframe's own small tables (the state store, the deploy lock, the view records)
+changed (`rewrite`: every row read, the new rows written as one file, every old file removed in the same commit),
+with the same commit file a version only one writer can take."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from pipeframe.engine import deltalog, generated
+from pipeframe.engine import deltalog, deltaschema, generated
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -208,37 +209,75 @@ def no_rows(folder: str) -> pa.Table | None:
     return None if schema is None else pa.Table.from_pylist([], to_arrow_schema(schema))
 
 
-def create(folder: str, columns: str, rows: list[dict] | None = None) -> bool | None:
-    """Create one of pipeframe's own small tables in local `folder` without a Spark job: version 0 with the columns
-    (`name TYPE, ...` of STRING, INT, BIGINT, BOOLEAN, TIMESTAMP) and `rows`, as Spark's `CREATE TABLE ... AS`
-    would write it (reader 1 / writer 2, no table properties). False when a table is there already (another
-    writer created it first: one takes version 0), None when the filesystem cannot create the commit this way."""
+# The types Delta clusters by (a clustering column of another type is refused by Spark's CREATE TABLE).
+CLUSTERING_TYPES = ("string", "byte", "short", "integer", "long", "float", "double", "date", "timestamp",
+                    "timestamp_ntz")
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+def create(folder: str, columns: str | list[tuple[str, str]], rows: list[dict] | None = None, *,
+           description: str = "", properties: dict[str, str] | None = None, partition_by: str | None = None,
+           cluster_by: tuple[str, ...] = ()) -> bool | None:
+    """Create a table in local `folder` without a Spark job: version 0 with the columns (`name TYPE, ...` or
+    (name, Spark SQL type) pairs), `rows` (of flat types), the table's `description` and `properties`, partitioned
+    by one column or clustered by up to four, as Spark's `CREATE TABLE [AS SELECT]` writes it: reader 1 / writer 2,
+    or writer 7 with Spark's features where the change data feed is on or the table is clustered.
+
+    False when a table is there already (another writer created it first: one takes version 0). None when this
+    module leaves it to Spark, having written nothing: a type `deltaschema` does not spell, a table property
+    starting with `delta.` other than the change data feed, a partition or clustering column Spark would refuse
+    (not a column; of a type Delta does not cluster by), and a filesystem that cannot create the commit this way."""
     import pyarrow as pa
 
-    names = {"STRING": "string", "INT": "integer", "BIGINT": "long", "BOOLEAN": "boolean", "TIMESTAMP": "timestamp"}
-    fields = [(name, names[kind]) for name, kind in (column.split() for column in columns.split(", "))]
-    schema = {"type": "struct", "fields": [{"name": name, "type": kind, "nullable": True, "metadata": {}}
-                                           for name, kind in fields]}
-    table = _Table(-1, dict(fields), frozenset(), 10, False)
+    pairs = columns if isinstance(columns, list) else [tuple(c.split()) for c in columns.split(", ")]
+    schema = deltaschema.struct([(name, kind) for name, kind in pairs])
+    properties = dict(properties or {})
+    change_feed = properties.get(CHANGE_FEED) == "true"
+    if schema is None or any(k.startswith("delta.") and k != CHANGE_FEED for k in properties) or \
+            properties.get(CHANGE_FEED, "true") != "true":
+        return None
+    fields = {f["name"]: f["type"] for f in schema["fields"]}
+    if partition_by is not None and (fields.get(partition_by) not in PARTITION_TYPES or cluster_by or len(fields) < 2):
+        return None  # Spark refuses a table of partition columns only
+    if cluster_by and (len(cluster_by) > 4 or any(list(fields).index(k) >= 32 or fields[k] not in CLUSTERING_TYPES
+                                                 for k in cluster_by if k in fields) or
+                       not set(cluster_by) <= set(fields)):
+        return None
+    table = _Table(-1, fields, frozenset(), 10, False)
+    arrow = _arrow_schema(table) if rows else None
+    if rows and arrow is None:
+        return None
     os.makedirs(os.path.join(folder, deltalog.LOG), exist_ok=True)
     data = []
     if rows:
-        arrow = pa.Table.from_pylist([{name: row.get(name) for name, _ in fields} for row in rows],
-                                     _arrow_schema(table))
-        data = _write_files(folder, arrow, table) or []
+        data = _write_files(folder, pa.Table.from_pylist([{n: row.get(n) for n in fields} for row in rows], arrow),
+                            table) or []
     stamp = int(time.time() * 1000)
-    metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                "schemaString": json.dumps(schema, separators=(",", ":")), "partitionColumns": [],
-                "configuration": {}, "createdTime": stamp}
-    info = {"timestamp": stamp, "operation": "CREATE TABLE AS SELECT",
-            "operationParameters": {"partitionBy": "[]", "description": None, "isManaged": "false",
-                                    "properties": "{}"},
-            "isolationLevel": "Serializable", "isBlindAppend": True,
+    partitions = [partition_by] if partition_by is not None else []
+    metadata = {"id": str(uuid.uuid4()), **({"description": description} if description or properties else {}),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema, separators=(",", ":")), "partitionColumns": partitions,
+                "configuration": properties, "createdTime": stamp}
+    parameters = {"partitionBy": json.dumps(partitions), **({"clusterBy": json.dumps(list(cluster_by))}
+                                                            if properties else {}),
+                  "description": description or None, "isManaged": "false",
+                  "properties": json.dumps(properties, separators=(",", ":"))}
+    info = {"timestamp": stamp, "operation": "CREATE TABLE AS SELECT" if rows is not None else "CREATE TABLE",
+            "operationParameters": parameters, "isolationLevel": "Serializable", "isBlindAppend": True,
             "operationMetrics": {"numFiles": str(len(data)), "numOutputRows": str(len(rows or ())),
-                                 "numOutputBytes": str(sum(add["size"] for add in data))},
+                                 "numOutputBytes": str(sum(add["size"] for add in data))} if rows is not None else {},
             "engineInfo": ENGINE, "txnId": str(uuid.uuid4())}
-    return _put(folder, 0, [{"commitInfo": info}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-                            {"metaData": metadata}, *({"add": add} for add in data)])
+    if change_feed or cluster_by:
+        features = (["changeDataFeed"] if change_feed else []) + ["invariants", "appendOnly"] + \
+            (["domainMetadata", "clustering"] if cluster_by else [])
+        protocol = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": features}
+    else:
+        protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    domains = [{"domainMetadata": {"domain": "delta.clustering", "configuration": json.dumps(
+        {"clusteringColumns": [[k] for k in cluster_by], "domainName": "delta.clustering"}, separators=(",", ":")),
+        "removed": False}}] if cluster_by else []
+    return _put(folder, 0, [{"commitInfo": info}, {"metaData": metadata}, {"protocol": protocol}, *domains,
+                            *({"add": add} for add in data)])
 
 
 def _arrow_schema(table: _Table) -> pa.Schema | None:

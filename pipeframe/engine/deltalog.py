@@ -225,6 +225,26 @@ def data_files(folder: str) -> tuple[int, list[str]] | None:
 
 def live_files(folder: str) -> tuple[int, dict[str, dict]] | None:
     """`data_files`, each local file with its `add` action (as the log holds it: what a `remove` of it repeats)."""
+    found = _snapshot_files(folder)
+    if found is None:
+        return None
+    latest, live, metadata = found
+    if metadata is None or metadata.get("partitionColumns") or \
+            _Found(metadata=metadata).configuration().get("delta.columnMapping.mode", "none") != "none":
+        return None
+    return latest, live
+
+
+def file_count(folder: str) -> tuple[int, int] | None:
+    """(the latest version, how many data files its snapshot holds) of the table in a local folder, of any layout;
+    None when the log cannot say exactly."""
+    found = _snapshot_files(folder)
+    return None if found is None else (found[0], len(found[1]))
+
+
+def _snapshot_files(folder: str) -> tuple[int, dict[str, dict], dict | None] | None:
+    """(latest version, each live file with its `add` action, the metaData) from the newest checkpoint and the
+    commits after it; None when the log cannot say (deletion vectors, sidecar files, an unreadable file)."""
     try:
         listing = list_log(folder)
         if listing is None or listing.latest < 0:
@@ -255,12 +275,9 @@ def live_files(folder: str) -> tuple[int, dict[str, dict]] | None:
                       _parquet_actions(path, ("add", "metaData", "sidecar")))
         for version in range(first, latest + 1):
             apply(_actions(_commit_path(folder, version)))
-        if metadata is None or metadata.get("partitionColumns") or \
-                _Found(metadata=metadata).configuration().get("delta.columnMapping.mode", "none") != "none":
-            return None
     except (OSError, Unanswerable):
         return None
-    return latest, live
+    return latest, live, metadata
 
 
 def appended_files(folder: str, versions: list[int]) -> list[str] | None:

@@ -4,6 +4,7 @@ then swaps every change in with one state-store commit. A failure before that co
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -48,6 +49,10 @@ class Deployer:
         self.spark = spark
         self.warehouse = warehouse
         self.on_step = on_step or (lambda _step, _change: None)
+
+    @functools.cached_property
+    def _creates_directly(self) -> bool:
+        return tables.creates_directly(self.spark, self.warehouse.shares_disk)
 
     def apply(self, plan: Plan, git_commit: str | None) -> DeployResult:
         """Apply `plan` under the deploy lock, to the deployed state it was made from: when another deploy (or a
@@ -132,7 +137,7 @@ class Deployer:
         path = self.warehouse.table_path(desired.name, version)
         self._remove(path)  # a leftover of an earlier failed deploy
         created.append(path)
-        tables.create_table(self.spark, path, desired)
+        tables.create_table(self.spark, path, desired, self._creates_directly)
         new = DeployedResource(desired, version, path, now())
         if desired.kind == "view":
             self.on_step("backfill", change)
@@ -163,9 +168,7 @@ class Deployer:
                            else f"ALTER TABLE {table} CLUSTER BY NONE")
 
     def _backfill(self, view: DeployedResource, live: Live) -> None:
-        snapshot = DeployedSnapshot.of(live.values())
-        self.warehouse.register(snapshot.values())
-        materializer = Materializer(self.spark, self.warehouse, snapshot)
+        materializer = Materializer(self.spark, self.warehouse, DeployedSnapshot.of(live.values()))
         materializer.backfill_new_table(view)
 
     def _carry_over(self, current: DeployedResource, desired: ResourceState, path: str) -> None:

@@ -517,15 +517,14 @@ class Materializer:
             return batch
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None,
-                     metadata: records.ViewCommit | records.PopulateChunk, empty: bool = False, **watermark) -> bool:
-        """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows).
-        `empty`: `batch` holds no rows and the view's query makes none from none (`tables.write_states`)."""
+                     metadata: records.ViewCommit | records.PopulateChunk, **watermark) -> bool:
+        """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows)."""
         self._register_lookups(view.state)
         # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
         states = self._states(view, batch, self._pinned(view, joined or {}))
         metadata = replace(metadata, joined=joined or {})
         written = tables.write_states(states, view.state, view.path or "", metadata=metadata,
-                                      direct=self.direct_commit, empty=empty, **watermark)
+                                      direct=self.direct_commit, **watermark)
         with self._cache_lock:
             self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
         return written
@@ -564,7 +563,8 @@ class Materializer:
                 version = view.version + 1
                 path = self.warehouse.table_path(view.state.name, version)
                 tables.remove_path(self.spark, path)  # a leftover of an abandoned rebuild
-                tables.create_table(self.spark, path, view.state)
+                tables.create_table(self.spark, path, view.state,
+                                    tables.creates_directly(self.spark, self.warehouse.shares_disk))
                 run = self._new_run(view, "rebuilding", path, version, None, where, chunk_by, chunk_rows)
                 run["replaces_path"] = view.path  # removed after the swap, even by a resumed run
             target = DeployedResource(view.state, int(run["target_version"]), run["target_path"])
@@ -679,18 +679,26 @@ class Materializer:
         return record
 
     def backfill_new_table(self, view: DeployedResource) -> None:
-        """Fill a freshly created view table (deploy): all source rows as of the latest version, or none
-        with BACKFILL skip; either way the table records that version as its watermark."""
+        """Fill a freshly created view table (deploy; `deployed`: what is live at that step of the deploy): all
+        source rows as of the latest version, or none with BACKFILL skip; either way the table records that version
+        as its watermark."""
         source = self._source_of(view)
         pinned = tables.latest_commit(self.spark, source.path or "").version
+        metadata = records.ViewCommit(view.state.name, backfill=view.state.backfill or "full")
         empty = view.state.backfill == "skip" or tables.holds_no_rows(source.path or "", pinned)
+        if empty and self.direct_commit and _none_from_none(view.state) and tables.commit_watermark(
+                self.spark, view.state, view.path or "", source_version=pinned, source_path=source.path,
+                metadata=metadata):
+            with self._cache_lock:
+                self._recent.pop(view.path or "", None)
+            return  # no rows, none made from them: the watermark alone, without a Spark job
+        self.warehouse.register(self.deployed.values())  # its query may read any deployed table by name
         if empty:
             batch = self.spark.createDataFrame([], source.state.schema)
         else:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
         self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,
-                          metadata=records.ViewCommit(view.state.name, backfill=view.state.backfill or "full"),
-                          empty=empty and _none_from_none(view.state))
+                          metadata=metadata)
         self._drop_temp_views()
 
     # ---------------------------------------------------------------------------------- optimize
@@ -790,7 +798,7 @@ def _held(record: ViewRecord) -> ViewRefresh | None:
 def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:
     """Delete the rows past a table's ENGINE_TTL, tagged as retention so views downstream ignore it (unless they
     follow it: FOLLOW_TTL true, `tables.as_followed`)."""
-    if resource.path and resource.state.ttl:
+    if resource.path and resource.state.ttl and not tables.holds_no_rows(resource.path):  # no rows: none to delete
         with table_lock(resource.path), _SessionMetadata(spark, records.encode(records.Retention())):
             spark.sql(f"DELETE FROM {quote_path(resource.path)} WHERE ({resource.state.ttl}) < current_timestamp()")
 

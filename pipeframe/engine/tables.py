@@ -272,8 +272,7 @@ def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version
 
 def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_version: int | None = None,
                  source_path: str | None = None, after: int | None = None, app_id: str | None = None,
-                 txn_version: int | None = None, metadata: ViewRecord | None = None, direct: bool = False,
-                 empty: bool = False) -> bool:
+                 txn_version: int | None = None, metadata: ViewRecord | None = None, direct: bool = False) -> bool:
     """Append view rows to `path` in one Delta commit; False when Delta skipped it as a replay.
 
     With `source_version`, the commit also records the view's watermark: the userMetadata names the source
@@ -288,21 +287,17 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
     With `direct`, an increment of a view in a local folder (no transaction id; `metadata.rows`, the source rows
     it applies, at most DIRECT_ROWS, or DIRECT_ROWS_AGGREGATED with GROUP BY: a bound on its state rows, so not
     for joins) that `deltaappend` can write has its states brought to the driver as Arrow and appended by it: one
-    Spark job instead of a write job and Delta's commit. States the driver cannot take go to Spark's writer.
-
-    `empty`: the caller knows `frame` holds no rows without running it (a backfill from a source without rows, of
-    a view whose query makes no row from none: not a global aggregate): `direct` then commits only the watermark,
-    and no Spark job runs."""
+    Spark job instead of a write job and Delta's commit. States the driver cannot take go to Spark's writer."""
     info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
                                              metadata)
     typed = frame.selectExpr(*_typed(state))
     folder = local_folder(path)
     bound = DIRECT_ROWS_AGGREGATED if state.aggregated else DIRECT_ROWS
     if direct and app_id is None and folder is not None and \
-            (empty or _rows(metadata, bound + 1) <= bound) and deltaappend.writable(folder):
+            _rows(metadata, bound + 1) <= bound and deltaappend.writable(folder):
         spark = frame.sparkSession
         try:
-            rows = deltaappend.no_rows(folder) if empty else typed.toArrow()
+            rows = typed.toArrow()
         except Exception as exc:
             if not too_big_for_driver(exc):
                 raise
@@ -320,6 +315,21 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
         writer = writer.option("txnAppId", app_id).option("txnVersion", txn_version)
     writer.option("userMetadata", records.encode(info)).save(path)
     return app_id is None or find_commit(frame.sparkSession, path, info.commit, within=50) is not None
+
+
+def commit_watermark(spark: SparkSession, state: ResourceState, path: str, *, source_version: int,
+                     source_path: str | None, metadata: ViewRecord) -> bool:
+    """A view commit of no rows that records the watermark `source_version`, made without a Spark job where
+    `deltaappend` can write the table (a local view, whose writers take turns under the file lock): a view deployed
+    over a source without rows. False when it cannot be: nothing was written, the caller writes with Spark."""
+    info, app_id, _ = _commit_info(state, path, source_version, source_path, None, None, None, metadata)
+    folder = local_folder(path)
+    rows = deltaappend.no_rows(folder) if app_id is None and folder is not None else None
+    if rows is None:
+        return False
+    with table_lock(path):
+        return deltaappend.append(folder, rows, records.encode(info), checkpoint_later(spark, path),
+                                  spark.conf.get("spark.sql.session.timeZone")) is not None
 
 
 def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: tuple[str, ...], doomed: DataFrame,
@@ -369,12 +379,12 @@ def _typed(state: ResourceState) -> list[str]:
     return [f"CAST(`{name}` AS {type_}) AS `{name}`" for name, type_ in state.columns]
 
 
-def holds_no_rows(path: str, version: int) -> bool:
-    """Whether the table at `path` holds no rows at `version`, known from its local log without a Spark job (no
-    file at all; False where the log cannot say)."""
+def holds_no_rows(path: str, version: int | None = None) -> bool:
+    """Whether the table at `path` holds no rows at `version` (None: its latest), known from its local log without
+    a Spark job (no file at all; False where the log cannot say)."""
     folder = local_folder(path)
-    snapshot = deltalog.live_files(folder) if folder is not None else None
-    return snapshot is not None and snapshot[0] == version and not snapshot[1]
+    count = deltalog.file_count(folder) if folder is not None else None
+    return count is not None and count[1] == 0 and version in (None, count[0])
 
 
 def guarded_by_lock(path: str) -> bool:
@@ -404,16 +414,32 @@ def _commit_info(state: ResourceState, path: str, source_version: int | None, so
     return info, app_id, txn_version
 
 
-def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:
+def create_table(spark: SparkSession, path: str, state: ResourceState, direct: bool = False) -> None:
     """Create an empty Delta table for a datasource or view target, with its layout and properties.
 
-    Every table keeps a change data feed: that is how views read exactly the rows a commit added."""
+    Every table keeps a change data feed: that is how views read exactly the rows a commit added. With `direct`
+    (`creates_directly`), a table in a local folder is written by `deltaappend.create` without a Spark job, unless
+    its layout or types are ones it leaves to Spark (a partition key expression, whose type Spark's analysis gives;
+    VARCHAR)."""
     columns = [f"`{name}` {type_}" for name, type_ in state.columns]
+    properties = {"pipeframe.resource": state.name, "pipeframe.kind": state.kind,
+                  "delta.enableChangeDataFeed": "true"}
+    if state.ttl:
+        properties["pipeframe.ttl"] = state.ttl
+    if state.partition_key and state.sorting_key:
+        properties["pipeframe.zorder"] = ", ".join(state.sorting_key)  # used by OPTIMIZE ... ZORDER BY
+    key = (state.partition_key or "").strip()
+    plain_key = key.strip("`") if IDENTIFIER.fullmatch(key.strip("`")) and key.strip("`") in dict(state.columns) \
+        else None
+    folder = local_folder(path)
+    if direct and folder is not None and (plain_key or not key) and \
+            deltaappend.create(folder, list(state.columns), description=state.description, properties=properties,
+                               partition_by=plain_key, cluster_by=() if key else state.sorting_key):
+        return
     layout = ""
     if state.partition_key:
-        key = state.partition_key.strip()
-        if IDENTIFIER.fullmatch(key.strip("`")) and key.strip("`") in dict(state.columns):
-            layout = f" PARTITIONED BY (`{key.strip('`')}`)"
+        if plain_key:
+            layout = f" PARTITIONED BY (`{plain_key}`)"
         else:
             ddl = ", ".join(columns)
             part_type = spark.createDataFrame([], ddl).selectExpr(f"{key} AS p").schema[0].dataType
@@ -421,15 +447,25 @@ def create_table(spark: SparkSession, path: str, state: ResourceState) -> None:
             layout = f" PARTITIONED BY (`{PARTITION_COLUMN}`)"
     elif state.sorting_key:
         layout = f" CLUSTER BY ({', '.join(f'`{k}`' for k in state.sorting_key)})"
-    properties = {"pipeframe.resource": state.name, "pipeframe.kind": state.kind,
-                  "delta.enableChangeDataFeed": "true"}
-    if state.ttl:
-        properties["pipeframe.ttl"] = state.ttl
-    if state.partition_key and state.sorting_key:
-        properties["pipeframe.zorder"] = ", ".join(state.sorting_key)  # used by OPTIMIZE ... ZORDER BY
     props = ", ".join(f"'{k}' = {quote_string(v)}" for k, v in properties.items())
     spark.sql(f"CREATE TABLE {quote_path(path)} ({', '.join(columns)}) USING DELTA{layout} "
               f"COMMENT {quote_string(state.description)} TBLPROPERTIES ({props})")
+
+
+def creates_directly(spark: SparkSession, shared_disk: bool) -> bool:
+    """Whether `create_table` may write tables without a Spark job (`direct`): where the warehouse is on this
+    machine's disk and Spark's (`Warehouse.shares_disk`), and the session sets nothing Delta gives new tables
+    (`spark.databricks.delta.properties.defaults.*`, column mapping, table features: only Spark's CREATE TABLE makes
+    the table it would then). Asked once per deploy or rebuild: listing the settings takes ~50 ms."""
+    if not shared_disk:
+        return False
+    try:
+        settings = spark.conf.getAll
+    except Exception:  # noqa: BLE001 — a session that cannot list them: Spark creates the tables
+        return False
+    return not any(k.startswith(("spark.databricks.delta.properties.defaults.", "spark.databricks.delta.columnMapping",
+                                 "spark.databricks.delta.protocol.", "spark.databricks.delta.tableFeatures"))
+                   for k in settings)
 
 
 def partials_path(path: str) -> str:

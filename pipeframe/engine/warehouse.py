@@ -143,6 +143,8 @@ class Warehouse:
         read = deltalog.read_rows(folder, STATE_COLUMNS) if folder is not None else None
         if read is not None:  # a local warehouse: its files read by pyarrow, without a Spark job
             return [r for r in read[1] if r["record"] == kind]
+        if folder is not None and self.shares_disk and deltalog.latest_version(folder) == -1:
+            return []  # nothing deployed yet (no commit of the state store on this disk)
         try:  # read first, ask whether it exists only when the read fails: one Delta log replay, not two
             return self.spark.read.format("delta").load(self.state_path).where(f"record = '{kind}'").collect()
         except Exception:
@@ -199,9 +201,18 @@ class Warehouse:
         """One of pipeframe's own tables created in a local warehouse without a Spark job (`deltaappend.create`),
         or by another writer meanwhile: False when Spark must create it, also where the warehouse's folder is not
         on this machine (a Spark Connect server's own disk)."""
-        folder, root = local_folder(path), local_folder(self.uri)
-        return folder is not None and root is not None and os.path.isdir(root) and \
-            deltaappend.create(folder, columns, rows) is not None
+        folder = local_folder(path)
+        return folder is not None and self.shares_disk and deltaappend.create(folder, columns, rows) is not None
+
+    @property
+    def shares_disk(self) -> bool:
+        """Whether the warehouse is a folder of this machine's disk that Spark writes too (not object storage, nor
+        the own disk of a Spark Connect server elsewhere: with Connect, only a warehouse folder this machine already
+        has): where tables may be created, and found missing, without a Spark job."""
+        from pipeframe.engine.session import is_connect
+
+        root = local_folder(self.uri)
+        return root is not None and (not is_connect(self.spark) or os.path.isdir(root))
 
     def _rewritten(self, path: str, change: Callable[[list[dict]], list[dict] | None]) -> tuple[int, list[dict]] | None:
         """One of pipeframe's own tables in a local warehouse changed by `change` (all rows → all rows, or None for

@@ -698,3 +698,76 @@ def test_pipeframes_own_tables_written_without_spark_read_and_update_as_sparks_o
     done = deltaappend.rewrite(folder, lambda rs: [{**r, "pid": r["pid"] + 1} for r in rs])
     assert done is not None and done[0] == 11 and done[1][0]["holder"] == "spark"
     assert [tuple(r) for r in spark.read.format("delta").load(folder).collect()] == [(1, "spark", None, 11, stamp, None)]
+
+
+TABLE_COLUMNS = (("id", "BIGINT"), ("n", "INT"), ("s", "SMALLINT"), ("name", "STRING"), ("amount", "DOUBLE"),
+                 ("price", "DECIMAL(10,2)"), ("ok", "BOOLEAN"), ("day", "DATE"), ("ts", "TIMESTAMP"),
+                 ("tags", "ARRAY<STRING>"), ("attrs", "MAP<STRING,INT>"), ("point", "STRUCT<x: DOUBLE, y: DOUBLE>"),
+                 ("raw", "BINARY"))
+
+
+@pytest.mark.parametrize("layout", [{}, {"partition_key": "day"}, {"sorting_key": ("name", "ts")},
+                                    {"partition_key": "day", "sorting_key": ("name", "ts"), "ttl": "ts + 1 day"}])
+def test_tables_created_without_spark_are_the_tables_sparks_create_table_makes(spark, table_path, layout):
+    """Deploy's tables in a local warehouse are created by pyarrow (`tables.create_table` → `deltaappend.create`):
+    Spark's DESCRIBE DETAIL, schema and properties equal those of the table its own CREATE TABLE makes, and both
+    take the same rows, change feed and OPTIMIZE (clustering by the sorting key)."""
+    from pipeframe.compiler.graph import ResourceKey
+    from pipeframe.engine import tables
+    from pipeframe.plan.state import ResourceState
+
+    state = ResourceState(ResourceKey.datasource("t"), "t", "datasource", columns=TABLE_COLUMNS,
+                          description="A table 'quoted'", **layout)
+    ours, sparks = f"{table_path}_ours", f"{table_path}_spark"
+    assert tables.creates_directly(spark, shared_disk=True)
+    tables.create_table(spark, ours, state, direct=True)
+    tables.create_table(spark, sparks, state, direct=False)
+    engines = [next(a["commitInfo"]["engineInfo"] for a in deltalog.commit_actions(p, 0) if "commitInfo" in a)
+               for p in (ours, sparks)]
+    assert engines[0] == deltaappend.ENGINE and engines[1] != deltaappend.ENGINE
+
+    def detail(path: str) -> dict:
+        row = spark.sql(f"DESCRIBE DETAIL {quote_path(path)}").first().asDict()
+        return {k: sorted(v) if k == "tableFeatures" else v for k, v in row.items()
+                if k in ("description", "partitionColumns", "clusteringColumns", "properties", "minReaderVersion",
+                         "minWriterVersion", "tableFeatures", "numFiles")}
+
+    assert detail(ours) == detail(sparks)
+    assert spark.read.format("delta").load(ours).schema == spark.read.format("delta").load(sparks).schema
+    for path in (ours, sparks):
+        frame(spark, 0, 40).write.format("delta").mode("append").save(path)
+        assert direct(spark, path, 40, 10) == 2
+        spark.sql(f"OPTIMIZE {quote_path(path)}")
+    changes = "SELECT id, _change_type FROM table_changes_by_path('{}', 1) ORDER BY id"
+    assert spark.sql(changes.format(ours)).collect() == spark.sql(changes.format(sparks)).collect()
+    assert sorted_rows(spark, f"SELECT * FROM {quote_path(ours)}") == \
+        sorted_rows(spark, f"SELECT * FROM {quote_path(sparks)}")
+    assert detail(ours) == detail(sparks)
+
+
+def test_a_table_spark_would_make_differently_is_left_to_its_create_table(spark, table_path):
+    """A partition key expression (a generated column Spark types), a type spelled with metadata (VARCHAR) and a
+    session default for new tables are Spark's to create: the first commit is its own."""
+    from dataclasses import replace
+
+    from pipeframe.compiler.graph import ResourceKey
+    from pipeframe.engine import tables
+    from pipeframe.plan.state import ResourceState
+
+    cases = [ResourceState(ResourceKey.datasource("t"), "t", "datasource", columns=TABLE_COLUMNS,
+                           partition_key="to_date(ts)"),
+             ResourceState(ResourceKey.datasource("t"), "t", "datasource", columns=(("code", "VARCHAR(3)"),))]
+    for i, state in enumerate(cases):
+        tables.create_table(spark, f"{table_path}_{i}", state, direct=True)
+    key = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+    spark.conf.set(key, "true")
+    try:
+        direct = tables.creates_directly(spark, shared_disk=True)
+        tables.create_table(spark, f"{table_path}_2", replace(cases[0], partition_key=None), direct)
+    finally:
+        spark.conf.unset(key)
+    assert direct is False
+    for i in range(3):
+        info = next(a["commitInfo"] for a in deltalog.commit_actions(f"{table_path}_{i}", 0) if "commitInfo" in a)
+        assert info["engineInfo"] != deltaappend.ENGINE, i
+    assert "deletionVectors" in spark.sql(f"DESCRIBE DETAIL {quote_path(table_path + '_2')}").first()["tableFeatures"]

@@ -197,3 +197,22 @@ def test_parameters_whose_text_delta_would_render_differently_fall_back(tmp_path
     log = tmp_path / "_delta_log"
     write_commit(log, 0, commit_info(operationParameters={"p": value}), META)
     assert deltalog.history(str(tmp_path)) is None
+
+
+def test_file_count_reads_tables_of_any_layout_where_live_files_refuses(tmp_path):
+    """`file_count` (a deploy's "does the source hold rows") answers for a partitioned table too, which `live_files`
+    (files read as the table's rows) refuses; a deletion vector leaves both unanswered."""
+    log = tmp_path / "_delta_log"
+    partitioned = {"metaData": {**META["metaData"], "partitionColumns": ["day"]}}
+    write_commit(log, 0, commit_info("CREATE TABLE"), partitioned)
+    assert deltalog.file_count(str(tmp_path)) == (0, 0)
+    assert deltalog.live_files(str(tmp_path)) is None
+    add = {"path": "day=2024-05-01/a.parquet", "partitionValues": {"day": "2024-05-01"}, "size": 1,
+           "modificationTime": 1, "dataChange": True}
+    write_commit(log, 1, commit_info(), {"add": add}, {"add": {**add, "path": "day=2024-05-02/b.parquet"}})
+    assert deltalog.file_count(str(tmp_path)) == (1, 2)
+    write_commit(log, 2, commit_info("DELETE"), {"remove": {"path": add["path"], "dataChange": True}},
+                 {"remove": {"path": "day=2024-05-02/b.parquet", "dataChange": True}})
+    assert deltalog.file_count(str(tmp_path)) == (2, 0)
+    write_commit(log, 3, commit_info(), {"add": {**add, "deletionVector": {"storageType": "u", "cardinality": 1}}})
+    assert deltalog.file_count(str(tmp_path)) is None
