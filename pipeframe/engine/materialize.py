@@ -688,7 +688,7 @@ class Materializer:
         empty = view.state.backfill == "skip" or tables.holds_no_rows(source.path or "", pinned)
         if empty and self.direct_commit and _none_from_none(view.state) and tables.commit_watermark(
                 self.spark, view.state, view.path or "", source_version=pinned, source_path=source.path,
-                metadata=metadata):
+                metadata=replace(metadata, joined=self._joined_now(view))):
             with self._cache_lock:
                 self._recent.pop(view.path or "", None)
             return  # no rows, none made from them: the watermark alone, without a Spark job
@@ -870,7 +870,8 @@ def _alive(pid: object) -> bool:
 
 
 def _none_from_none(state: ResourceState) -> bool:
-    """Whether the view's query makes no row when its source has none, known from its plan: it reads its source
-    alone (no other table whose rows a join or a union could bring) and is not a global aggregate (no GROUP BY:
-    one row from no rows)."""
-    return all(key.name == state.source for key in state.depends_on) and (not state.aggregated or bool(state.keys))
+    """Whether the view's query makes no row when its source has none: any query maintained from batches of its
+    source's rows does (the view is the union of the batches' rows or states, so a row made from no rows would be
+    made again by every batch), whatever else it joins, except a global aggregate (no GROUP BY), whose one row of
+    states from no rows merges as nothing."""
+    return not state.aggregated or bool(state.keys)

@@ -293,6 +293,20 @@ def test_a_pause_saved_after_a_refresh_read_the_records_holds_the_view(project, 
     assert_views_match_raw(project)
 
 
+USERS = """\
+SCHEMA >
+    `user_id` STRING `json:$.user_id`,
+    `country` STRING `json:$.country`
+"""
+BY_COUNTRY = """\
+NODE by_country
+SQL >
+    SELECT u.country AS country, count(*) AS n
+    FROM events AS e JOIN users AS u ON e.user_id = u.user_id
+    GROUP BY u.country
+TYPE materialized
+DATASOURCE by_country
+"""
 TOTALS = """\
 NODE totals
 SQL >
@@ -305,8 +319,8 @@ DATASOURCE totals
 
 def test_views_deployed_over_a_source_without_rows_start_from_its_version_without_a_spark_job(spark, spark_config):
     """A view deployed over an empty source gets its first commit (the watermark, no rows) from pyarrow where its
-    query makes no row from none; a global aggregate (one row from none) is still computed by Spark. Both then
-    follow their source's rows from that version on, as recomputations of it."""
+    query makes no row from none (a join too); a global aggregate (one row from none) is still computed by Spark.
+    All then follow their source's rows from that version on, as recomputations of it."""
     from pipeframe.engine import deltaappend, deltalog
     from pipeframe.engine.conflicts import local_folder
     from pipeframe.plan import records
@@ -314,13 +328,14 @@ def test_views_deployed_over_a_source_without_rows_start_from_its_version_withou
     root = Path(spark_config.root) / "views" / "empty_source"
     shutil.rmtree(root, ignore_errors=True)
     for rel, text in {"datasources/events.datasource": EVENTS_JSON, "pipes/hourly.pipe": HOURLY,
-                      "pipes/daily.pipe": DAILY, "pipes/totals.pipe": TOTALS}.items():
+                      "pipes/daily.pipe": DAILY, "pipes/totals.pipe": TOTALS, "datasources/users.datasource": USERS,
+                      "pipes/by_country.pipe": BY_COUNTRY}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     p = Project(root, spark=spark, environ={})
     p.deploy()
     snapshot = p.warehouse.snapshot(fresh=True)
-    for name, ours in (("hourly", True), ("daily", True), ("totals", False)):
+    for name, ours in (("hourly", True), ("daily", True), ("by_country", True), ("totals", False)):
         actions = deltalog.commit_actions(local_folder(snapshot.table(name).path), 1)
         info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
         assert (info.get("engineInfo") == deltaappend.ENGINE) is ours, name
@@ -330,7 +345,10 @@ def test_views_deployed_over_a_source_without_rows_start_from_its_version_withou
         assert watermark.source_path == source.path
         assert ours is not any("add" in a for a in actions)  # the global aggregate's one row from no rows
     assert rows(p, "SELECT n, total FROM totals") == [(0, None)]
+    p.append("users", [{"user_id": "a", "country": "FR"}, {"user_id": "b", "country": "DE"}])
     p.append("events", events(("2024-05-01 10:00:00", "a", 1), ("2024-05-01 11:00:00", "b", 2)))
-    p.append("events", events(("2024-05-02 10:00:00", "a", 4)))
+    p.append("events", events(("2024-05-02 10:00:00", "a", 4), ("2024-05-02 11:00:00", "c", 8)))
     assert_views_match_raw(p)
     assert rows(p, "SELECT n, total FROM totals") == rows(p, "SELECT count(*), sum(amount) FROM events")
+    assert rows(p, "SELECT country, n FROM by_country ORDER BY 1") == rows(
+        p, "SELECT u.country, count(*) FROM events e JOIN users u ON e.user_id = u.user_id GROUP BY 1 ORDER BY 1")
