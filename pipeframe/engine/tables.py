@@ -22,6 +22,7 @@ from pipeframe.plan.state import ResourceState
 from pipeframe.sqltext import first_line, quote_path, quote_string
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("pipeframe.tables")
@@ -304,10 +305,7 @@ def write_states(frame: DataFrame, state: ResourceState, path: str, *, source_ve
             log.warning("states of %s not brought to the driver (%s): written by Spark", path, first_line(exc))
             rows = None
         if rows is not None:
-            with table_lock(path):
-                version = deltaappend.append(folder, rows, records.encode(info),
-                                             checkpoint_later(spark, path), spark.conf.get("spark.sql.session.timeZone"))
-            if version is not None:
+            if _append_directly(spark, path, folder, rows, info):
                 return True
             typed = spark.createDataFrame(rows, schema=typed.schema)  # Spark's writer, without computing them again
     writer = typed.write.format("delta").mode("append")
@@ -325,8 +323,12 @@ def commit_watermark(spark: SparkSession, state: ResourceState, path: str, *, so
     info, app_id, _ = _commit_info(state, path, source_version, source_path, None, None, None, metadata)
     folder = local_folder(path)
     rows = deltaappend.no_rows(folder) if app_id is None and folder is not None else None
-    if rows is None:
-        return False
+    return rows is not None and _append_directly(spark, path, folder, rows, info)
+
+
+def _append_directly(spark: SparkSession, path: str, folder: str, rows: pa.Table, info: ViewRecord) -> bool:
+    """`rows` appended to the view table in local `folder` by `deltaappend` with the commit record `info`, under
+    the table's lock: False when it leaves the append to Spark (nothing written)."""
     with table_lock(path):
         return deltaappend.append(folder, rows, records.encode(info), checkpoint_later(spark, path),
                                   spark.conf.get("spark.sql.session.timeZone")) is not None
