@@ -89,7 +89,7 @@ class RunningServer:
 
     service: Service
     server: uvicorn.Server
-    thread: threading.Thread
+    finished: threading.Event  # set once the server's thread has ended
     host: str
     port: int
 
@@ -98,20 +98,22 @@ class RunningServer:
         return f"http://{self.host}:{self.port}"
 
     def wait(self) -> None:
-        """Block until the server stops (timed joins, so Ctrl-C reaches the caller)."""
-        while self.thread.is_alive():
-            self.thread.join(0.5)
+        """Block until the server stops; Ctrl-C reaches the caller. Waits on `finished`, never on `thread.join`: in
+        CPython before 3.13 a KeyboardInterrupt raised inside `join` releases the thread's state lock as if the thread
+        had ended, so every later `join` returns at once and the process would exit with answers still unsent."""
+        while not self.finished.wait(0.5):
+            pass
 
     def stop(self) -> None:
         """The one shutdown path of `serve` and `dev`: refuse new requests (503 PF819), commit what the group
         committer holds and answer its waiters, let the refresh under way finish, then close the HTTP server once
         the answers of the requests in flight are sent (uvicorn waits for open connections, up to
-        GRACEFUL_SECONDS; the thread join allows for that)."""
+        GRACEFUL_SECONDS; the wait for `finished` allows for that)."""
         self.service.stopping.set()
         for job in reversed(self.service.jobs):
             job.stop()
         self.server.should_exit = True
-        self.thread.join(GRACEFUL_SECONDS + 5)
+        self.finished.wait(GRACEFUL_SECONDS + 5)
 
 
 def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) -> RunningServer:
@@ -123,17 +125,24 @@ def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) ->
     if not any(isinstance(f, HideTokens) for f in access.filters):
         access.addFilter(HideTokens())
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"pipeframe-http-{port}", daemon=True)
-    thread.start()
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            server.run()
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name=f"pipeframe-http-{port}", daemon=True).start()
     deadline = time.monotonic() + 30
     while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
+        if finished.is_set() or time.monotonic() > deadline:
             server.should_exit = True
             raise PipeframeError("PF817", f"Cannot listen on {host}:{port}.",
                                  "Another process may use that port: pass --port with a free one (0 picks any).")
         time.sleep(0.02)
     bound = server.servers[0].sockets[0].getsockname()[1]
-    running = RunningServer(service, server, thread, host, bound)
+    running = RunningServer(service, server, finished, host, bound)
     for job in service.jobs:
         job.start(service)
     return running

@@ -123,20 +123,27 @@ def test_serve_answers_requests_in_flight_with_their_real_outcome(project):
                 answers[name] = err
 
         bodies = {"wait": events(10, 0), "large": events(ROWS, 10)}
-        threads = [threading.Thread(target=post, args=(name, body, name == "wait")) for name, body in bodies.items()]
-        for thread in threads:
-            thread.start()
-        # Synchronize on the server's own figures: both requests were read whole and handed to the group committer
-        # (queued or committed) when GET /v0/ingest counts them; only then is SIGINT sent, so both are in flight or
-        # answered, never still uploading.
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            figures = httpx.get(f"{url}/v0/ingest", timeout=60).json()["datasources"].get("events", {})
-            if figures.get("requests", 0) + figures.get("buffered_requests", 0) >= 2:
-                break
-            assert time.monotonic() < deadline and process.poll() is None, \
-                "the two requests never reached the committer"
-            time.sleep(0.05)  # polling an observable figure, not settling a race
+        threads = {name: threading.Thread(target=post, args=(name, body, name == "wait")) for name, body in bodies.items()}
+
+        def counted(requests: int, buffered: bool) -> None:
+            """Poll the server's own figures (GET /v0/ingest) until `requests` were committed (or, with `buffered`,
+            committed or handed to the group committer): the requests were read whole, never still uploading."""
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                figures = httpx.get(f"{url}/v0/ingest", timeout=60).json()["datasources"].get("events", {})
+                if figures.get("requests", 0) + (figures.get("buffered_requests", 0) if buffered else 0) >= requests:
+                    return
+                assert time.monotonic() < deadline and process.poll() is None, \
+                    f"{requests} request(s) never reached the committer"
+                time.sleep(0.05)  # polling an observable figure, not settling a race
+
+        # SIGINT finds the wait=true request committed and waiting for its view (a refresh round; the first one of
+        # the process starts Spark), and the large one with the group committer: the stop commits it, ends the
+        # round, then answers both (202 each, or 200 if the round applied the rows first).
+        threads["wait"].start()
+        counted(1, buffered=False)
+        threads["large"].start()
+        counted(2, buffered=True)
         start = time.monotonic()
         process.send_signal(signal.SIGINT)
         # A request arriving now: refused with 503 PF819 and Retry-After while the server stops, or not connected once
@@ -148,7 +155,7 @@ def test_serve_answers_requests_in_flight_with_their_real_outcome(project):
             pass  # the server had closed its socket: nothing was sent, so no row can land
         code = process.wait(timeout=WAIT_S)
         seconds = time.monotonic() - start
-        for thread in threads:
+        for thread in threads.values():
             thread.join(WAIT_S)
         out = process.communicate()[0]
     print(f"pipeframe serve, wait=true + {ROWS:,}-row POST in flight: exited {code} {seconds:.1f} s after SIGINT; "
