@@ -280,13 +280,22 @@ def _snapshot_files(folder: str) -> tuple[int, dict[str, dict], dict | None] | N
     return latest, live, metadata
 
 
-def appended_files(folder: str, versions: list[int]) -> list[str] | None:
+@dataclass(frozen=True)
+class AppendedFile:
+    """A data file a commit added, with its partition values as the log serializes them (column -> string or None;
+    empty for an unpartitioned table): Delta keeps a partition column's value out of the file."""
+
+    path: str
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+
+
+def appended_files(folder: str, versions: list[int]) -> list[AppendedFile] | None:
     """The data files the commits `versions` of a local table added, when those commits only appended rows: what its
     change data feed would read as their inserts, without Spark planning the feed (which replays the log again
     after every commit another writer made). None when the files alone would not be the rows the commits changed: a
-    commit that removed rows or wrote change data, changed the schema or protocol, an `add` with a deletion vector
-    or partition values, column mapping, a file no longer on disk. Files added without a data change (compaction)
-    are not rows the commits changed."""
+    commit that removed rows or wrote change data, changed the schema or protocol, an `add` with a deletion vector,
+    column mapping, a file no longer on disk. Files added without a data change (compaction) are not rows the
+    commits changed."""
     try:
         state = table_state(folder)
         if state is None or state.configuration().get("delta.columnMapping.mode", "none") != "none":
@@ -297,11 +306,10 @@ def appended_files(folder: str, versions: list[int]) -> list[str] | None:
                 if any(kind in action for kind in ("cdc", "metaData", "protocol")):
                     return None
                 if isinstance(add := action.get("add"), dict):
-                    if add.get("deletionVector") or add.get("partitionValues") or not os.path.exists(
-                            path := _file_path(folder, add.get("path"))):
+                    if add.get("deletionVector") or not os.path.exists(path := _file_path(folder, add.get("path"))):
                         return None
                     if add.get("dataChange", True):
-                        files.append(path)
+                        files.append(AppendedFile(path, dict(add.get("partitionValues") or {})))
                 elif isinstance(remove := action.get("remove"), dict) and remove.get("dataChange", True):
                     return None
         return files

@@ -3,6 +3,7 @@ a source between two versions (its commit history and its change data feed)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shutil
@@ -185,12 +186,52 @@ def read_changes(spark: SparkSession, source: ResourceState, path: str, commits:
     commits = list(commits)
     folder = local_folder(path)
     files = deltalog.appended_files(folder, [c.version for c in commits if not c.neutral]) if folder else None
-    if files is None or any(_GLOB.search(file) for file in files):  # Spark's file reader would expand a pattern
+    frame = None if files is None else _appended_rows(spark, source, files)
+    if frame is None:
         added = read_change_rows(spark, source, path, commits)[0]
         return added.persist() if persist else added
+    return frame
+
+
+# The partition column types whose logged value Spark's CAST of the string reads exactly; a column of another type
+# (a timestamp's value is logged in its writer's zone, a decimal's or a float's in spellings of its own) and commits
+# spread over more than MAX_PARTITIONS partitions (a frame each) are read through the change feed.
+_PARTITION_TYPES = re.compile(r"(?i)(TINYINT|SMALLINT|INT|INTEGER|BIGINT|STRING|DATE|BOOLEAN)")
+MAX_PARTITIONS = 64
+
+
+def _appended_rows(spark: SparkSession, source: ResourceState, files: list[deltalog.AppendedFile]) -> DataFrame | None:
+    """The rows of data files a local table's commits appended, as the change feed gives them; None when Spark's
+    file reader cannot give them alone (a path it would read as a pattern, a partition column of a type above, too
+    many partitions).
+    A partition column's value comes from the file's partition values (Delta keeps it out of the file); one the
+    source does not have (the generated column of a partition key expression) is not read."""
     if not files:
         return spark.createDataFrame([], source.schema)
-    return spark.read.schema(source.schema).parquet(*[f"file://{file}" for file in files])  # not the cluster's fs
+    types = dict(source.columns)
+    groups: dict[tuple, list[str]] = {}
+    for file in files:
+        if _GLOB.search(file.path):  # Spark's file reader would expand a pattern
+            return None
+        fixed = tuple(sorted((k, v) for k, v in file.partition_values.items() if k in types))
+        if any(not _PARTITION_TYPES.fullmatch(types[k]) for k, _ in fixed):
+            return None
+        groups.setdefault(fixed, []).append(f"file://{file.path}")  # the local file, not the cluster's fs
+    if len(groups) > MAX_PARTITIONS:
+        return None
+    frames = []
+    for fixed, paths in groups.items():
+        values = dict(fixed)
+        stored = [(n, t) for n, t in source.columns if n not in values]
+        if not stored:
+            return None
+        frame = spark.read.schema(", ".join(f"`{n}` {t}" for n, t in stored)).parquet(*paths)
+        if values:
+            frame = frame.selectExpr(*[
+                f"CAST({'NULL' if values[n] is None else quote_string(values[n])} AS {t}) AS `{n}`" if n in values
+                else f"`{n}`" for n, t in source.columns])
+        frames.append(frame)
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
 def read_change_rows(spark: SparkSession, source: ResourceState, path: str,

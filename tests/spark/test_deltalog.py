@@ -241,7 +241,7 @@ def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, 
             if files is None:
                 refused.add((first, last))
                 continue
-            rows = sorted((r["id"], r["v"], "insert") for f in files for r in pq.read_table(f).to_pylist())
+            rows = sorted((r["id"], r["v"], "insert") for f in files for r in pq.read_table(f.path).to_pylist())
             assert rows == changes, (first, last)
             commits = tables.commits_between(spark, table, first - 1, last)
             if not any(c.neutral for c in commits):  # what a view reads: Spark's read of the files
@@ -256,11 +256,10 @@ def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, 
     shutil.rmtree(base, ignore_errors=True)
     mapped = ("TBLPROPERTIES ('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', "
               "'delta.minWriterVersion' = '5')")
-    for name, setup in [("partitioned", "PARTITIONED BY (v)"), ("mapped", mapped)]:
-        path = str(base / name)
-        spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA {setup}")
-        append(spark, path, [(1, "a")])
-        assert deltalog.appended_files(path, [1]) is None, name
+    path = str(base / "mapped")
+    spark.sql(f"CREATE TABLE {quote_path(path)} (id INT, v STRING) USING DELTA {mapped}")
+    append(spark, path, [(1, "a")])
+    assert deltalog.appended_files(path, [1]) is None
     globbed = str(base / "odd[1] {a,b}")  # a path Spark's file reader would take as a pattern: the change feed
     spark.sql(f"CREATE TABLE {quote_path(globbed)} (id INT, v STRING) USING DELTA "
               "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
@@ -274,8 +273,71 @@ def test_files_appended_by_commits_are_their_change_feeds_inserts(spark, table, 
     append(spark, path, [(2, "b")])
     assert len(deltalog.appended_files(path, [1])) == 1
     for file in deltalog.appended_files(path, [1]):
-        os.remove(file)  # vacuumed away: the change feed's own error says so
+        os.remove(file.path)  # vacuumed away: the change feed's own error says so
     assert deltalog.appended_files(path, [1]) is None
+
+
+@pytest.mark.parametrize("layout, column, values", [
+    ("PARTITIONED BY (v)", ("v", "STRING"), ["a", None, "b c/d=é", "a"]),
+    ("PARTITIONED BY (p)", ("p", "INT"), [7, None, -3, 7]),
+    ("PARTITIONED BY (p)", ("p", "DATE"), ["2024-02-29", None, "1970-01-01", "2024-02-29"]),
+    ("PARTITIONED BY (p)", ("p", "TIMESTAMP"), ["2024-05-20 08:00:00.123456", None, "2024-05-20 08:00:00",
+                                                "2024-05-20 08:00:00.123456"]),
+    ("PARTITIONED BY (m)", ("m", "INT GENERATED ALWAYS AS (id * 2)"), [None, None, None, None]),
+])
+def test_rows_appended_to_a_partitioned_table_read_as_its_change_feed(spark, spark_config, monkeypatch, layout,
+                                                                       column, values):
+    """A view reads the rows of a partitioned source's appends from the files the commits added, where Spark's CAST
+    of the logged partition value gives the column (Delta keeps it out of the file); a partition column of another
+    type, or a generated one the source does not list, is read as the change feed has it. Every read equals the
+    feed's inserts, one commit at a time and over ranges, whether Spark or pyarrow wrote the commit."""
+    from datetime import date, datetime
+
+    from pipeframe.engine import deltaappend
+
+    name, type_ = column
+    path = str(Path(spark_config.warehouse_uri) / "tests" / f"deltalog_partitioned_{name}_{type_.split()[0]}")
+    shutil.rmtree(path, ignore_errors=True)
+    generated = "GENERATED" in type_
+    ddl = f"id INT, v STRING{'' if name == 'v' else f', {name} {type_}'}"
+    spark.sql(f"CREATE TABLE {quote_path(path)} ({ddl}) USING DELTA {layout} "
+              "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    listed = (("id", "INT"), ("v", "STRING")) + (() if generated or name == "v" else ((name, type_),))
+    source = ResourceState(ResourceKey.datasource("t"), "t", "datasource", columns=listed)
+    select = [f"`{n}`" for n, _ in listed]
+    kinds = {"DATE": date.fromisoformat, "TIMESTAMP": datetime.fromisoformat}
+    for i, value in enumerate(values):
+        rows = [(i * 10 + j, f"r{i}{j}") for j in range(3)]
+        if name == "v":
+            frame = spark.createDataFrame([(r[0], value) for r in rows], "id INT, v STRING")
+        elif generated:
+            frame = spark.createDataFrame(rows, "id INT, v STRING")
+        else:
+            typed = None if value is None else kinds.get(type_, lambda x: x)(value)
+            frame = spark.createDataFrame([(*r, typed) for r in rows], f"id INT, v STRING, {name} {type_}")
+        if i == 2:  # one commit of pyarrow's beside Spark's
+            assert deltaappend.append(path, frame.toArrow()) is not None, "pyarrow refused the append"
+        else:
+            frame.write.format("delta").mode("append").save(path)
+    plain = tables._PARTITION_TYPES.fullmatch(type_) is not None
+    latest = local_version(path)
+    for first in range(1, latest + 1):
+        for last in range(first, min(first + 2, latest + 1)):
+            feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first) \
+                .option("endingVersion", last).load(path).select(*select)
+            files = deltalog.appended_files(path, list(range(first, last + 1)))
+            assert files is not None and all(f.partition_values for f in files), (first, last)
+            assert (tables._appended_rows(spark, source, files) is not None) == (plain or generated), type_
+            expected = sorted(map(tuple, feed.collect()), key=repr)
+            commits = tables.commits_between(spark, path, first - 1, last)
+            read = tables.read_changes(spark, source, path, commits)
+            assert sorted(map(tuple, read.select(*select).collect()), key=repr) == expected, (first, last)
+            partitions = {tuple(sorted((k, v) for k, v in f.partition_values.items() if k in dict(listed))) for f in files}
+            with monkeypatch.context() as patch:  # more partitions than a read takes file by file: the feed
+                patch.setattr(tables, "MAX_PARTITIONS", len(partitions) - 1)
+                assert tables._appended_rows(spark, source, files) is None
+                read = tables.read_changes(spark, source, path, commits)
+                assert sorted(map(tuple, read.select(*select).collect()), key=repr) == expected, (first, last)
 
 
 def test_table_state_follows_each_commit_from_the_one_it_read_before(spark, spark_config):
