@@ -201,11 +201,10 @@ MAX_PARTITIONS = 64
 
 
 def _appended_rows(spark: SparkSession, source: ResourceState, files: list[deltalog.AppendedFile]) -> DataFrame | None:
-    """The rows of data files a local table's commits appended, as the change feed gives them; None when Spark's
-    file reader cannot give them alone (a path it would read as a pattern, a partition column of a type above, too
-    many partitions).
-    A partition column's value comes from the file's partition values (Delta keeps it out of the file); one the
-    source does not have (the generated column of a partition key expression) is not read."""
+    """The rows of data files a local table's commits appended, as the change feed gives them. A partition column's
+    value comes from the file's partition values (Delta keeps it out of the file); one the source does not have (the
+    generated column of a partition key expression) is not read. None when Spark's file reader cannot give them
+    alone: a path it would read as a pattern, a partition column of a type above, too many partitions."""
     if not files:
         return spark.createDataFrame([], source.schema)
     types = dict(source.columns)
