@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 SIGN = "__pf_sign"  # on a changed table's rows: 1 added, -1 removed
 _NAMED = re.compile(r"\{table:([^{}]+)\}")
+# A truncation unit → (the interval from a key to the next one, the slack added past it for a timestamp column: a
+# local day or hour can be longer than its interval where the clocks change; the range is a superset, never exact).
+UNITS = {"YEAR": ("1 YEAR", "1 DAY"), "QUARTER": ("3 MONTH", "1 DAY"), "MONTH": ("1 MONTH", "1 DAY"),
+         "WEEK": ("7 DAY", "1 DAY"), "DAY": ("1 DAY", "1 DAY"), "HOUR": ("1 HOUR", "3 HOUR"),
+         "MINUTE": ("1 MINUTE", "3 HOUR"), "SECOND": ("1 SECOND", "3 HOUR")}
+RANGE_TYPES = ("TIMESTAMP", "DATE", "TINYINT", "SMALLINT", "INT", "BIGINT")  # source columns a key ranges over
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,21 @@ class Partials:
 
 
 @dataclass(frozen=True)
+class GroupKey:
+    """One group key of an aggregated view as a value of a source row, so that recomputing the groups a change
+    touched reads only their source rows (`sql` among the touched keys) instead of aggregating the whole source."""
+
+    name: str  # the view's key column
+    sql: str  # its value over one source row: Spark SQL over the source's (unqualified) columns
+    # Where the value is a floor of one source column of a RANGE_TYPES type (the column itself, or a truncation of
+    # it to `unit`), the rows of the keys between two values lie in a range of that column: a filter on literals,
+    # which Delta's file statistics skip whole files by on data laid out in time.
+    column: str | None = None
+    column_type: str | None = None
+    unit: str | None = None  # None: the column itself; else a UNITS key (DAY: a timestamp's date)
+
+
+@dataclass(frozen=True)
 class MaintenancePlan:
     """How a deployed view is maintained, as far as its SQL decides it."""
 
@@ -40,9 +61,29 @@ class MaintenancePlan:
     # that stop or start matching.
     monotonic: tuple[str, ...] = ()
     partials: Partials | None = None  # None: the query has not their shape, or a state cannot be negated
+    # Every group key of an aggregated view as a value of a source row (`GroupKey`), in the order of the view's
+    # keys; () when one is not (a key from a joined table, an aggregate over a subquery that groups or limits).
+    group_keys: tuple[GroupKey, ...] = ()
 
 
 def fill(sql: str, table: str, named: Mapping[str, str]) -> str:
     """`sql` with `{table}` read from relation `table` and each `{table:<name>}` from `named[name]`, or from the
     table `name` itself when not given (read by name)."""
     return _NAMED.sub(lambda m: named.get(m.group(1), f"`{m.group(1)}`"), sql).replace("{table}", table)
+
+
+def key_range(key: GroupKey, low: str, high: str) -> str | None:
+    """A filter on source rows that keeps at least every row whose value of `key` lies between the SQL literals
+    `low` and `high` (of the key's type); None when the key is not a floor of one source column."""
+    column, kind = f"`{key.column}`", key.column_type
+    if key.column is None or kind not in RANGE_TYPES:
+        return None
+    if key.unit is None:
+        return f"{column} >= {low} AND {column} <= {high}"
+    if key.unit not in UNITS or kind not in ("TIMESTAMP", "DATE"):
+        return None
+    step, slack = UNITS[key.unit]
+    if kind == "DATE":
+        return f"{column} >= CAST({low} AS DATE) AND {column} < CAST(CAST({high} AS DATE) + INTERVAL {step} AS DATE)"
+    return (f"{column} >= CAST({low} AS TIMESTAMP) AND "
+            f"{column} < CAST({high} AS TIMESTAMP) + INTERVAL {step} + INTERVAL {slack}")

@@ -9,9 +9,13 @@ from dataclasses import replace
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.qualify import qualify
 
 from pipeframe.compiler.dialect import DIALECT
-from pipeframe.compiler.maintenance import MaintenancePlan
+from pipeframe.compiler.maintenance import RANGE_TYPES, UNITS, GroupKey, MaintenancePlan
 from pipeframe.compiler.partials import partials
 from pipeframe.compiler.sql import rename_tables, to_sql
 from pipeframe.compiler.viewplan import BATCH_RELATION
@@ -20,16 +24,80 @@ _BATCH = re.compile(rf"\b{BATCH_RELATION}\b")
 
 
 def maintenance_plan(state_sql: str, compact_sql: str | None, negate_sql: str | None, joined: Sequence[str],
-                     source_columns: Iterable[str], other_columns: Mapping[str, Iterable[str]] | None) -> MaintenancePlan:
-    """The plan of a view whose state query is `state_sql` (over `__pf_batch`) and which follows the tables `joined`;
-    `other_columns`: the columns of every other table its query reads, None when one is not known (a pipe)."""
-    derived = partials(state_sql, compact_sql, negate_sql, source_columns, other_columns) \
+                     source_columns: Sequence[tuple[str, str]], other_columns: Mapping[str, Iterable[str]] | None,
+                     keys: Sequence[str] = ()) -> MaintenancePlan:
+    """The plan of a view whose state query is `state_sql` (over `__pf_batch`), grouped by `keys`, and which
+    follows the tables `joined`; `source_columns`: its source's (name, type); `other_columns`: the columns of every
+    other table its query reads, None when one is not known (a pipe)."""
+    names = [name for name, _ in source_columns]
+    derived = partials(state_sql, compact_sql, negate_sql, names, other_columns) \
         if compact_sql and negate_sql and other_columns is not None else None
     if derived is not None:
         derived = replace(derived, sql=placeholders(derived.sql, ()),
                           signed_sql=tuple((name, placeholders(sql, joined)) for name, sql in derived.signed_sql))
     return MaintenancePlan(placeholders(state_sql, joined),
-                           tuple(name for name in joined if joined_monotonically(state_sql, name)), derived)
+                           tuple(name for name in joined if joined_monotonically(state_sql, name)), derived,
+                           group_keys(state_sql, keys, source_columns, other_columns))
+
+
+def group_keys(sql: str, keys: Sequence[str], source_columns: Sequence[tuple[str, str]],
+               other_columns: Mapping[str, Iterable[str]] | None) -> tuple[GroupKey, ...]:
+    """Each of `keys` (the GROUP BY outputs of state query `sql` over `__pf_batch`) as a value of one source row,
+    or () when one is not: the query's CTEs and subqueries are merged into it first (sqlglot's optimizer, where it
+    can: a node that only filters and projects), so a key computed in an earlier node of the pipe is followed to
+    the source columns it is made of. A key that reads a joined table's column, an aggregate or a window is not a
+    value of a source row."""
+    if not keys or other_columns is None:
+        return ()
+    types = dict(source_columns)
+    schema = {BATCH_RELATION: types, **{name: {c: "STRING" for c in columns} for name, columns in other_columns.items()}}
+    try:
+        tree = eliminate_ctes(merge_subqueries(qualify(sqlglot.parse_one(sql, read=DIALECT), schema=schema,
+                                                       dialect=DIALECT, validate_qualify_columns=False)))
+    except SqlglotError:
+        return ()
+    start = tree.args.get("from_") if isinstance(tree, exp.Select) else None
+    source = start.this if start is not None else None
+    if not isinstance(source, exp.Table) or source.name != BATCH_RELATION or not tree.args.get("group"):
+        return ()
+    outputs = {e.alias_or_name: e.unalias() for e in tree.expressions}
+    found = []
+    for key in keys:
+        value = outputs.get(key)
+        columns = list(value.find_all(exp.Column)) if value is not None else []
+        if value is None or value.find(exp.AggFunc, exp.Window, exp.Subquery) is not None or \
+                any(c.table != source.alias_or_name or c.name not in types for c in columns):
+            return ()
+        bare = value.transform(lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n)
+        column, unit = _floor_of(bare)
+        kind = types.get(column or "", "").upper()
+        found.append(GroupKey(key, to_sql(bare), column if kind in RANGE_TYPES else None,
+                              kind if kind in RANGE_TYPES else None, unit))
+    return tuple(found)
+
+
+_DAY_OR_LONGER = ("DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
+_UNIT_NAMES = {"YYYY": "YEAR", "YY": "YEAR", "MM": "MONTH", "MON": "MONTH", "DD": "DAY"}
+
+
+def _floor_of(value: exp.Expression) -> tuple[str | None, str | None]:
+    """(column, unit) when `value` is a floor of one column: the column itself (unit None), its truncation to a
+    UNITS unit, or its date (DAY); (None, None) otherwise."""
+    if isinstance(value, exp.Column):
+        return value.name, None
+    if isinstance(value, exp.Cast | exp.TryCast | exp.TsOrDsToDate) and isinstance(value.this, exp.Column) and \
+            (not isinstance(value, exp.Cast) or value.to.is_type(exp.DataType.Type.DATE)):
+        return value.this.name, "DAY"
+    if isinstance(value, exp.Cast) and value.to.is_type(exp.DataType.Type.DATE):
+        column, unit = _floor_of(value.this)  # the date of a truncation: a floor to the day, or to its unit
+        return (column, unit if unit in _DAY_OR_LONGER else "DAY") if column is not None else (None, None)
+    if isinstance(value, exp.TimestampTrunc | exp.DateTrunc) and isinstance(value.this, exp.Column):
+        unit = value.args.get("unit")
+        name = (unit.name if isinstance(unit, exp.Var | exp.Literal) else "").upper()
+        name = _UNIT_NAMES.get(name, name)
+        if name in UNITS:
+            return value.this.name, name
+    return None, None
 
 
 def placeholders(sql: str, joined: Sequence[str]) -> str:

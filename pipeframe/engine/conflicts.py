@@ -32,6 +32,18 @@ CANCELLED = ("cancelled as part of cancellation of all jobs", "cancelled part of
              "SparkContext was shut down", "SPARK_JOB_CANCELLED")
 
 
+# Spark's words for a task that could not get execution memory while other jobs held it: an aggregation whose
+# groups did not fit its hash map sorts its input instead, and the sorter cannot always spill its own pointer
+# array (seen with two views recomputing every group of a 10M-row source at once). Nothing was committed.
+OUT_OF_MEMORY = ("UNABLE_TO_ACQUIRE_MEMORY", "SparkOutOfMemoryError")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True when a Spark job under `exc` failed for want of execution memory (the JVM's text with its causes)."""
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '')}"
+    return any(marker in text for marker in OUT_OF_MEMORY)
+
+
 def is_cancelled(exc: BaseException) -> bool:
     """True when `exc` is a Spark job of this refresh cancelled from outside (not an error of the view), also when
     the cancellation is the cause of what was raised (Delta wraps the failures of its own jobs): the JVM's

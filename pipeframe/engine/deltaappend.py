@@ -96,6 +96,7 @@ class _Table:
     generated: tuple[tuple[str, str], ...] = ()  # (partition column, its generation expression)
     clustered: bool = False  # the `clustering` writer feature: every file needs the clustering columns' bounds
     keeps_removes: bool = False  # append-only, or a change data feed: a remove needs more than `rewrite` writes
+    append_only: bool = False  # delta.appendOnly: no file is ever removed
 
 
 def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
@@ -126,11 +127,8 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
         if committed is None:
             return None  # the filesystem cannot create the commit file this way: Spark's writer can
         if committed:
-            if due and on_checkpoint is not None:
-                try:
-                    on_checkpoint(version)
-                except Exception as exc:  # noqa: BLE001 — the rows are committed: answer so, whatever the checkpoint
-                    log.warning("could not ask for a checkpoint of %s at version %s: %s", folder, version, exc)
+            if due:
+                _ask_checkpoint(folder, version, on_checkpoint)
             return version
         actions = deltalog.commit_actions(folder, version)
         if actions is None or any("metaData" in a or "protocol" in a or "domainMetadata" in a for a in actions):
@@ -192,6 +190,111 @@ def rewrite(folder: str, change: Callable[[list[dict]], list[dict] | None]) -> t
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, add["path"]))
     return None
+
+
+def replace_keys(folder: str, keys: list[str], touched: pa.Table, rows: pa.Table, user_metadata: str | None = None,
+                 on_checkpoint: Callable[[int], object] | None = None) -> int | None:
+    """In one commit without a Spark job, delete the rows of the table in local `folder` whose `keys` equal
+    (NULL-safe) a row of `touched`, and add `rows`: what a MERGE that deletes the matched groups and inserts new
+    rows writes, and recorded as one (its row counts). Only the files holding a touched row are rewritten: their
+    other rows are written again, with `rows`, as one new file. A change data feed reads the commit's removed and
+    added files as deleted and inserted rows (PROTOCOL.md: a version without `cdc` actions), which nets to the
+    same change.
+
+    Returns the new version, or None when this module leaves the change to Spark, having committed nothing: a table
+    `deltalog.live_files` cannot list exactly (partitions, deletion vectors, column mapping), append-only, rows or
+    files whose columns are not the table's types, and a commit on a checkpoint version without `on_checkpoint`
+    (`append`'s rule). A version lost to another writer is retried from the new snapshot."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for _attempt in range(ATTEMPTS):
+        table, found = _table(folder), deltalog.live_files(folder)
+        if table is not None and found is not None and found[0] != table.version:
+            continue  # a commit landed between the two reads
+        if table is None or found is None or table.append_only or not _fits(rows, table):
+            return None
+        version = table.version + 1
+        due = version % table.checkpoint_interval == 0
+        if due and on_checkpoint is None:
+            return None
+        doomed, kept, deleted = [], [], 0
+        try:
+            for path, add in found[1].items():
+                matched = matching(pq.read_table(path, columns=keys), keys, touched)
+                if matched is None:
+                    return None
+                hits = pc.sum(matched).as_py() or 0
+                if hits:
+                    old = pq.read_table(path, columns=list(rows.schema.names)).cast(rows.schema)
+                    kept.append(old.filter(pc.invert(matched)))
+                    doomed.append(add)
+                    deleted += hits
+        except (OSError, ValueError, TypeError, NotImplementedError):  # unreadable, or not castable to the rows' types
+            return None
+        new = pa.concat_tables([*kept, rows])
+        data = _write_files(folder, new, table) if new.num_rows else []
+        if data is None:
+            return None
+        counts = {"numTargetRowsInserted": rows.num_rows, "numTargetRowsUpdated": 0, "numTargetRowsDeleted": deleted,
+                  "numTargetRowsCopied": new.num_rows - rows.num_rows, "numTargetFilesRemoved": len(doomed),
+                  "numTargetFilesAdded": len(data)}
+        committed = _commit(folder, version, table, new.num_rows, data, user_metadata, doomed, counts)
+        if committed is None:
+            return None
+        if committed:
+            if due:
+                _ask_checkpoint(folder, version, on_checkpoint)
+            return version
+        for add in data:  # another writer took the version: decide again from the new snapshot
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, add["path"]))
+    return None
+
+
+def key_rows(folder: str, keys: list[str]) -> pa.Table | None:
+    """The distinct values of `keys` in the table in local `folder`, read from its files without a Spark job; None
+    when it cannot say (a table `deltalog.live_files` cannot list, an unreadable file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    found = deltalog.live_files(folder)
+    if found is None:
+        return None
+    try:
+        tables = [pq.read_table(path, columns=keys) for path in found[1]]
+        if not tables:
+            return None
+        return pa.concat_tables(tables, promote_options="permissive").group_by(keys).aggregate([])
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def matching(rows: pa.Table, keys: list[str], touched: pa.Table) -> pa.ChunkedArray | pa.Array | None:
+    """Which of `rows` have `keys` equal (NULL-safe) to a row of `touched` (a boolean per row); None when a key's
+    type cannot be compared with the touched one's."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        columns = [rows.column(k).cast(touched.schema.field(k).type) for k in keys]
+    except (KeyError, pa.ArrowException):
+        return None
+    if len(keys) == 1:
+        return pc.is_in(columns[0], value_set=touched.column(keys[0]).combine_chunks(), skip_nulls=False)
+    wanted = set(zip(*(touched.column(k).to_pylist() for k in keys), strict=True))
+    return pa.array([row in wanted for row in zip(*(c.to_pylist() for c in columns), strict=True)], pa.bool_())
+
+
+def _ask_checkpoint(folder: str, version: int, on_checkpoint: Callable[[int], object] | None) -> None:
+    """Have Delta write the checkpoint of `version`, committed here on a checkpoint version."""
+    if on_checkpoint is None:
+        return
+    try:
+        on_checkpoint(version)
+    except Exception as exc:  # noqa: BLE001 — the version is committed: answer so, whatever the checkpoint
+        log.warning("could not ask for a checkpoint of %s at version %s: %s", folder, version, exc)
 
 
 def no_rows(folder: str) -> pa.Table | None:
@@ -331,7 +434,8 @@ def _table(folder: str) -> _Table | None:
     keeps_removes = any(str(config.get(key, "false")).lower() == "true"
                         for key in ("delta.appendOnly", "delta.enableChangeDataFeed"))
     return _Table(state.version, types, frozenset(f["name"] for f in fields if f.get("nullable") is False), interval,
-                  "deletionVectors" in features, partitions, expressions, "clustering" in features, keeps_removes)
+                  "deletionVectors" in features, partitions, expressions, "clustering" in features, keeps_removes,
+                  str(config.get("delta.appendOnly", "false")).lower() == "true")
 
 
 def _with_generated(rows: pa.Table, table: _Table, time_zone: str) -> pa.Table | None:
@@ -531,20 +635,24 @@ def _millis(value: datetime, zone: str | None, up: bool = False) -> str:
 
 
 def _commit(folder: str, version: int, table: _Table, count: int, data: list[dict],
-            user_metadata: str | None, removed: list[dict] | None = None) -> bool | None:
+            user_metadata: str | None, removed: list[dict] | None = None, merge: dict | None = None) -> bool | None:
     """Put commit `version` in place: False when another writer has it, None when the filesystem cannot link.
-    `removed`: the `add` actions of the files a rewrite replaces (None: a blind append)."""
+    `removed`: the `add` actions of the files a rewrite replaces (None: a blind append); `merge`: the row counts of
+    a MERGE the commit is recorded as (`replace_keys`), instead of an overwrite."""
     stamp = int(time.time() * 1000)
     if removed is None:
         operation = {"operation": "WRITE", "operationParameters": {
             "mode": "Append", "partitionBy": json.dumps(list(table.partitions))}}
+    elif merge is not None:
+        operation = {"operation": "MERGE", "operationParameters": {"predicate": json.dumps(["the replaced groups"])}}
     else:
         operation = {"operation": "WRITE", "operationParameters": {"mode": "Overwrite", "partitionBy": "[]"}}
     info = {"timestamp": stamp, **operation, "readVersion": table.version, "isolationLevel": "Serializable",
             "isBlindAppend": removed is None,
             "operationMetrics": {"numFiles": str(len(data)), "numOutputRows": str(count),
                                  "numOutputBytes": str(sum(add["size"] for add in data)),
-                                 **({"numRemovedFiles": str(len(removed))} if removed is not None else {})},
+                                 **({"numRemovedFiles": str(len(removed))} if removed is not None else {}),
+                                 **{name: str(value) for name, value in (merge or {}).items()}},
             **({"userMetadata": user_metadata} if user_metadata is not None else {}),
             "engineInfo": ENGINE, "txnId": str(uuid.uuid4())}
     removes = [{"remove": {"path": add["path"], "deletionTimestamp": stamp, "dataChange": True,

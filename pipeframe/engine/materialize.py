@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.maintenance import MaintenancePlan, fill
-from pipeframe.engine import partials, tables
-from pipeframe.engine.conflicts import is_cancelled, is_conflict, retrying, table_lock, view_lock
+from pipeframe.engine import partials, recompute, tables
+from pipeframe.engine.conflicts import is_cancelled, is_conflict, is_out_of_memory, retrying, table_lock, view_lock
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
@@ -40,6 +40,7 @@ ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "dec
 
 StepHook = Callable[[str], None]
 log = logging.getLogger("pipeframe.materialize")
+_MEMORY_RETRY = threading.Lock()  # one refresh retried after running out of execution memory at a time
 
 
 class WatermarkMissing(Exception):
@@ -210,7 +211,15 @@ class Materializer:
                 held = _held(record)
                 if held is not None:
                     return held
-                return retrying(lambda: self._apply_increment(view))
+                try:
+                    return retrying(lambda: self._apply_increment(view))
+                except Exception as exc:
+                    if not is_out_of_memory(exc):
+                        raise
+                    # the other views' jobs held the memory: once more, with no other retry of this kind running
+                    log.warning("view %s: a Spark job ran out of execution memory; refreshing it again", name)
+                    with _MEMORY_RETRY:
+                        return retrying(lambda: self._apply_increment(view))
         except PipeframeError:
             raise
         except Exception as exc:  # noqa: BLE001 — recorded on the view, shown by status, cleared by recover
@@ -312,10 +321,12 @@ class Materializer:
             replacement = self.spark.sql((state.compact_sql or "").replace("{table}", merged))
         elif state.aggregated:
             mode = "recompute"
-            touched = self._states(view, added.unionByName(removed), pins).select(*[f"`{k}`" for k in keys])
-            latest = tables.read_snapshot(self.spark, source.state, source.path or "", watermark["source_version"])
-            groups = self._states(view, latest, pins)
-            replacement = _semi(groups, keys, touched)
+            touched, replacement, few = self._recomputed(view, source, added.unionByName(removed), pins,
+                                                         watermark["source_version"])
+            written = tables.replace_groups(self.spark, state, path, keys, touched, replacement,
+                                            metadata=replace(metadata, path=mode), **watermark,
+                                            direct=self.direct_commit and few)
+            return mode, written
         else:
             mode = "rows"
             gone = self._states(view, removed, pins)
@@ -325,6 +336,31 @@ class Materializer:
         written = tables.replace_groups(self.spark, state, path, keys, touched, replacement,
                                         metadata=replace(metadata, path=mode), **watermark)
         return mode, written
+
+    def _recomputed(self, view: DeployedResource, source: DeployedResource, changed: DataFrame,
+                    pins: dict[str, DataFrame], version: int) -> tuple[DataFrame, DataFrame, bool]:
+        """The `recompute` way (`_apply_changes`): (the keys of the groups whose rows are replaced, their states
+        computed again from the source as of `version`, whether both are few: at most NARROW_GROUPS groups).
+        The groups `changed` rows fall in, from the source rows of those groups alone where the plan records
+        how a source row's group is computed (engine/recompute.py); from all of them when most groups are
+        touched, or the plan cannot say."""
+        keys, plan = view.state.keys, maintained(view)
+        # The groups of the changed rows: their keys computed from each row where the plan says how (a row the
+        # view's WHERE drops names a group it may not hold: recomputing it changes nothing), else by the query.
+        touched = changed.selectExpr(*[f"{k.sql} AS `{k.name}`" for k in plan.group_keys]) if plan.group_keys \
+            else self._states(view, changed, pins).select(*[f"`{k}`" for k in keys])
+        def snapshot(keep: Callable[[dict], bool] | None) -> DataFrame:
+            return tables.read_snapshot(self.spark, source.state, source.path or "", version, from_files=True,
+                                        keep=keep)
+
+        narrowed = recompute.narrowed(self.spark, plan.group_keys, touched, snapshot,
+                                      lambda: tables.held_keys(view.path or "", keys) if self.direct_commit else None)
+        if narrowed is not None and narrowed[1] is not None:
+            return narrowed[0], self._states(view, narrowed[1], pins), True
+        every = self._states(view, snapshot(None), pins)
+        if narrowed is not None:  # every group of the view: all of them replaced
+            return narrowed[0], every, True
+        return touched, _semi(every, keys, touched), False
 
     def _follow_joined(self, view: DeployedResource, source: DeployedResource,
                        watermark: tables.Watermark) -> str | ViewRefresh:

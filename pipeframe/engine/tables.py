@@ -305,8 +305,21 @@ def adds_rows(commits: Iterable[Commit]) -> bool:
     return any(c.operation != "DELETE" for c in commits if c.changes_data)
 
 
-def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version: int) -> DataFrame:
-    """A source's rows as of one version: the pinned input of a populate or rebuild."""
+def read_snapshot(spark: SparkSession, source: ResourceState, path: str, version: int,
+                  from_files: bool = False, keep: Callable[[dict], bool] | None = None) -> DataFrame:
+    """A source's rows as of one version: the pinned input of a populate or rebuild.
+
+    `from_files`: for a local table whose latest version this is, the files its log lists (`deltalog.live_files`:
+    no deletion vectors, partitions or column mapping; those whose `add` action `keep` keeps) read as plain
+    parquet. The first read of a version after a commit otherwise waits for Delta to rebuild the snapshot's state
+    in a Spark job of its own (0.5-0.7 s here, docs/benchmarks.md)."""
+    folder = local_folder(path) if from_files else None
+    found = deltalog.live_files(folder) if folder is not None else None
+    if found is not None and found[0] == version:
+        files = _appended_rows(spark, source, [deltalog.AppendedFile(name) for name, add in found[1].items()
+                                               if keep is None or keep(add)])
+        if files is not None:
+            return files
     frame = spark.read.format("delta").option("versionAsOf", version).load(path)
     return frame.select(*[f"`{name}`" for name, _ in source.columns])
 
@@ -377,10 +390,14 @@ def _append_directly(spark: SparkSession, path: str, folder: str, rows: pa.Table
 def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: tuple[str, ...], doomed: DataFrame,
                    rows: DataFrame, *, source_version: int, source_path: str | None, after: int | None = None,
                    app_id: str | None = None, txn_version: int | None = None,
-                   metadata: ViewRecord | None = None) -> bool:
+                   metadata: ViewRecord | None = None, direct: bool = False) -> bool:
     """In one Delta commit (a MERGE), delete the view rows whose `keys` equal (NULL-safe) a row of `doomed`
     (every row when `keys` is empty) and insert `rows`; the commit records the view's watermark, idempotently, as
     `write_states` does. False when Delta skipped it as a replay.
+
+    With `direct` (few groups: the caller knows both frames are small), a view in a local folder whose writers take
+    turns under its file lock has both brought to the driver and the change committed by `deltaappend.replace_keys`
+    without a Spark job; where it cannot, Spark's MERGE takes them from the driver, without computing them again.
 
     The MERGE runs in a session of its own: Delta takes the transaction id and userMetadata of SQL commands
     from session settings, which must not reach the writes other threads make meanwhile."""
@@ -389,6 +406,15 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
     info, app_id, txn_version = _commit_info(state, path, source_version, source_path, after, app_id, txn_version,
                                              metadata)
     types = dict(state.columns)
+    folder = local_folder(path)
+    if direct and keys and app_id is None and folder is not None and deltaappend.writable(folder):
+        touched = doomed.distinct().selectExpr(*[f"CAST(`{k}` AS {types[k]}) AS `{k}`" for k in keys]).toArrow()
+        replacement = rows.selectExpr(*_typed(state)).toArrow()
+        with table_lock(path):
+            if deltaappend.replace_keys(folder, list(keys), touched, replacement, records.encode(info),
+                                        checkpoint_later(spark, path)) is not None:
+                return True
+        doomed, rows = spark.createDataFrame(touched), spark.createDataFrame(replacement)
     dead = doomed.distinct().selectExpr(*[f"CAST(`{n}` AS {t}) AS `{n}`" if n in keys else f"CAST(NULL AS {t}) AS `{n}`"
                                           for n, t in state.columns], "'d' AS __pf_op")
     source = rows.selectExpr(*_typed(state), "'i' AS __pf_op").unionByName(dead)
@@ -409,6 +435,13 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
         spark.catalog.dropGlobalTempView(relation)
         release_child(spark, child)
     return app_id is None or find_commit(spark, path, info.commit, within=50) is not None
+
+
+def held_keys(path: str, keys: tuple[str, ...]) -> pa.Table | None:
+    """The distinct values of `keys` in the local table at `path`, read from its files without a Spark job (None
+    elsewhere, or when its log cannot list them exactly)."""
+    folder = local_folder(path)
+    return deltaappend.key_rows(folder, list(keys)) if folder is not None else None
 
 
 def _rows(record: ViewRecord | None, unknown: int) -> int:

@@ -4,7 +4,8 @@ userMetadata, and the resource states of the state store. The one place that enc
 Every record is written with `"format": FORMAT`. Format 1 is what releases before formats existed wrote (no
 `format` key); its keys are the same as format 2's, so it is read as is. Format 3 adds a view's `maintenance` plan
 to its resource state; a state of format 1 or 2 reads with none, and the engine refuses to maintain such a view
-until `pipeframe deploy` records it (PF612). A record of a newer format than this code
+until `pipeframe deploy` records it (PF612). Format 4 adds the plan's `group_keys`; a plan of format 3 reads with
+none (its recomputes aggregate the whole source until a deploy records them). A record of a newer format than this code
 knows is refused (PF610: upgrade pipeframe); a key this code does not know, in a record of a known format, is an
 error (PF611), never dropped: it would be lost on the next write.
 
@@ -39,7 +40,7 @@ from pipeframe.errors import PipeframeError
 if TYPE_CHECKING:
     from pipeframe.plan.state import ResourceState
 
-FORMAT = 3  # the newest record format; 1: the records written before formats were recorded; 3: maintenance plans
+FORMAT = 4  # the newest record format; 1: before formats were recorded; 3: maintenance plans; 4: their group keys
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,11 @@ def _maintenance(data: Any, where: str) -> maintenance.MaintenancePlan | None:
     if data is None:
         return None
     derived = data.get("partials") if isinstance(data, dict) else None
-    for body, cls in ((data, maintenance.MaintenancePlan), (derived, maintenance.Partials)):
+    keys = data.get("group_keys") or [] if isinstance(data, dict) else []
+    if not isinstance(keys, list):
+        raise TypeError(f"{keys!r} is not a list")
+    for body, cls in ((data, maintenance.MaintenancePlan), (derived, maintenance.Partials),
+                      *((key, maintenance.GroupKey) for key in keys)):
         if body is not None and not isinstance(body, dict):
             raise TypeError(f"{body!r} is not an object")
         unknown = sorted(set(body or ()) - {f.name for f in fields(cls)})
@@ -242,7 +247,8 @@ def _maintenance(data: Any, where: str) -> maintenance.MaintenancePlan | None:
         derived = maintenance.Partials(**{**derived, "keys": tuple(derived.get("keys", ())),
                                           "signed_sql": tuple(tuple(p) for p in derived.get("signed_sql", ()))})
     return maintenance.MaintenancePlan(**{**data, "monotonic": tuple(data.get("monotonic", ())),
-                                          "partials": derived})
+                                          "partials": derived,
+                                          "group_keys": tuple(maintenance.GroupKey(**key) for key in keys)})
 
 
 def _check_format(body: Mapping[str, Any], where: str) -> None:

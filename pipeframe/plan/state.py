@@ -122,7 +122,8 @@ def _maintenance(plan: ViewPlan, joined: tuple[str, ...], source: str | None, de
     # a pipe read by the view has no columns here: its columns are not known, and so no partial states
     known = source_state is not None and all(others.values())
     return maintenance_plan(plan.state_sql, plan.compact_sql("{table}"), plan.negate_sql("{table}"), joined,
-                            [n for n, _ in source_state.columns] if source_state else [], others if known else None)
+                            source_state.columns if source_state else [], others if known else None,
+                            plan.keys if plan.aggregated else ())
 
 
 def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]:

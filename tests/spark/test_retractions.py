@@ -8,6 +8,9 @@ filters) get fixed companions that cover each way a change is applied:
   into one row each (`fold`), and the cascade follows the replaced rows (`recompute`);
 - `inv_global`: a global aggregate (no GROUP BY), negated;
 - `plain_rows`: no GROUP BY: one view row retracted per removed source row (`rows`);
+- `peak_hourly`, `peak_daily`, `peak_moment`: max and min, keyed by an hour, a date, a string and an int with NULLs
+  and the timestamp itself: the touched groups are recomputed from their source rows alone (`recompute`,
+  engine/recompute.py);
 - the generated pipes mostly hold a state that cannot be subtracted (min, sketches, sets): `recompute`.
 
 Changes are random mixes of `Project.delete(where)`, `replace(where)`, UPDATEs and MERGE upserts run by other
@@ -76,6 +79,24 @@ EXTRA_PIPES = {
         "SELECT count(*) AS n, sum(lat) AS sl, avg(x) AS ax FROM events",
         (),
         {"n": exact, "sl": exact, "ax": close}),
+    # States that cannot be subtracted, keyed by each kind of group key (a truncation, a date, a string and an int
+    # with NULLs, the timestamp itself): the touched groups are recomputed from their source rows alone.
+    "peak_hourly": (
+        "SELECT toStartOfHour(ts) AS hour, a, max(x) AS top, min(lat) AS low, count() AS n FROM events GROUP BY 1, 2",
+        ("SELECT date_trunc('hour', ts) AS hour, a, max(x) AS top, min(lat) AS low, count(*) AS n FROM events "
+        "GROUP BY 1, 2"),
+        ("hour", "a"),
+        {"top": exact, "low": exact, "n": exact}),
+    "peak_daily": (
+        "SELECT toDate(ts) AS day, y, max(lat) AS top FROM events WHERE lat < 1500 GROUP BY 1, 2",
+        "SELECT to_date(ts) AS day, y, max(lat) AS top FROM events WHERE lat < 1500 GROUP BY 1, 2",
+        ("day", "y"),
+        {"top": exact}),
+    "peak_moment": (
+        "SELECT ts, min(x) AS low, max(y) AS high FROM events GROUP BY ts",
+        "SELECT ts, min(x) AS low, max(y) AS high FROM events GROUP BY ts",
+        ("ts",),
+        {"low": exact, "high": exact}),
     "plain_rows": (
         "SELECT ts, a, u, x FROM events WHERE lat < 1500",
         "SELECT ts, a, u, x FROM events WHERE lat < 1500",
@@ -172,8 +193,14 @@ def test_views_follow_deletes_updates_and_upserts(spark, spark_config, scenario,
     assert_views_equal_recomputation(p, scenario, "after deleting the first row")
     # Each fixed companion took its own way, and only that way, whenever a retraction reached it.
     for view, way in {"inv_keyed": "negate", "inv_hourly": "fold", "inv_global": "negate",
-                      "plain_rows": "rows", "inv_daily": "recompute"}.items():
+                      "plain_rows": "rows", "inv_daily": "recompute", "peak_hourly": "recompute",
+                      "peak_daily": "recompute", "peak_moment": "recompute"}.items():
         assert {w for v, w in paths if v == view} - {"append"} == {way}, (view, paths)
+    # ... and those recomputes read only the touched groups' source rows: every key is a value of a source row.
+    deployed = p.warehouse.snapshot(fresh=True)
+    for view in ("peak_hourly", "peak_daily", "peak_moment", "inv_daily"):
+        plan = deployed.table(view).state.maintenance
+        assert [k.name for k in plan.group_keys] == list(deployed.table(view).state.keys), view
     shutil.rmtree(root, ignore_errors=True)
 
 

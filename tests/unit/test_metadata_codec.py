@@ -248,8 +248,9 @@ def test_a_view_deployed_before_plans_were_recorded_is_refused_until_a_deploy_re
     with pytest.raises(PipeframeError) as err:
         maintained(DeployedResource(old, 1, "/w/events_per_hour"))
     assert err.value.code == "PF612" and "`events_per_hour`" in str(err.value) and "Run `pipeframe deploy`" in str(err.value)
-    plan = maintenance_plan(old.state_sql, old.compact_sql, old.negate_sql, old.joined, ["ts", "user_id", "event",
-                                                                                          "value"], {})
+    plan = maintenance_plan(old.state_sql, old.compact_sql, old.negate_sql, old.joined,
+                            [("ts", "TIMESTAMP"), ("user_id", "STRING"), ("event", "STRING"), ("value", "DOUBLE")], {},
+                            old.keys)
     desired = {**deployed, old.key: replace(old, maintenance=plan)}
     changes = {c.key: c for c in diff(desired, deployed).changes}
     change = changes[old.key]

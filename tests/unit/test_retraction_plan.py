@@ -5,15 +5,19 @@ engine substitutes as placeholders), and how a commit's rows are counted."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from datetime import UTC, date, datetime
 
+import pyarrow as pa
 import pytest
 
-from pipeframe.compiler.maintenance import fill
+from pipeframe.compiler.maintenance import GroupKey, fill, key_range
 from pipeframe.compiler.maintenance_sql import joined_monotonically
 from pipeframe.compiler.partials import partials
 from pipeframe.engine.commits import Commit
+from pipeframe.engine.recompute import file_test, literal_bounds
 from pipeframe.engine.tables import adds_rows, as_followed
+from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
 from pipeframe.plan.state import desired_state
 from pipeframe.project import Project
@@ -236,3 +240,118 @@ def test_partial_states_resolve_names_in_any_case_as_spark_does(make_project):
 ])
 def test_other_join_views_have_no_partial_states(make_project, sql, why):
     assert partials_of(make_project, sql) is None, why
+
+
+# ------------------------------------------------------------------ group keys over a source row (recompute)
+def key_of(make_project, sql: str, extra: str = "") -> tuple:
+    plan = view_state(make_project, sql, extra).maintenance
+    return tuple((k.name, k.sql, k.column, k.column_type, k.unit) for k in plan.group_keys)
+
+
+@pytest.mark.parametrize("sql, keys", [
+    ("SELECT toStartOfHour(ts) AS hour, max(amount) AS top FROM sales GROUP BY hour",
+     (("hour", "DATE_TRUNC('HOUR', `ts`)", "ts", "TIMESTAMP", "HOUR"),)),
+    ("SELECT toDate(ts) AS day, product, max(amount) AS top FROM sales GROUP BY day, product",
+     (("day", "CAST(`ts` AS DATE)", "ts", "TIMESTAMP", "DAY"), ("product", "`product`", None, None, None))),
+    ("SELECT toStartOfMonth(ts) AS month, quantity, min(amount) AS low FROM sales GROUP BY 1, 2",
+     (("month", "CAST(DATE_TRUNC('MONTH', `ts`) AS DATE)", "ts", "TIMESTAMP", "MONTH"),
+      ("quantity", "`quantity`", "quantity", "INT", None))),
+    # the date of an hour is a floor to the day, not to the hour
+    ("SELECT toDate(toStartOfHour(ts)) AS d, max(amount) AS top FROM sales GROUP BY d",
+     (("d", "CAST(DATE_TRUNC('HOUR', `ts`) AS DATE)", "ts", "TIMESTAMP", "DAY"),)),
+    # a key of an earlier node is followed to the source columns it is made of
+    (("SELECT h, max(amount) AS top FROM (SELECT toStartOfDay(ts) AS h, amount FROM sales WHERE quantity > 1) "
+     "GROUP BY h"), (("h", "DATE_TRUNC('DAY', `ts`)", "ts", "TIMESTAMP", "DAY"),)),
+    # a value of the row that is no floor of one column: narrowed by the semi join only
+    ("SELECT toStartOfFifteenMinutes(ts) AS q, max(amount) AS top FROM sales GROUP BY q",
+     (("q", "TIMESTAMP_SECONDS(FLOOR(UNIX_TIMESTAMP(`ts`) / 900) * 900)", None, None, None),)),
+    ("SELECT s.product, max(s.amount) AS top FROM sales s JOIN products p ON s.product = p.product GROUP BY 1",
+     (("product", "`product`", None, None, None),)),
+])
+def test_a_views_group_keys_are_recorded_as_values_of_a_source_row(make_project, sql, keys):
+    assert key_of(make_project, sql) == keys
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT p.category, max(s.amount) AS top FROM sales s JOIN products p ON s.product = p.product GROUP BY 1",
+    "SELECT max(amount) AS top FROM sales",
+    "SELECT product, amount FROM sales",
+])
+def test_keys_that_are_not_values_of_a_source_row_record_none(make_project, sql):
+    assert key_of(make_project, sql) == ()
+
+
+def test_group_keys_survive_the_state_store_and_a_format_3_plan_reads_with_none(make_project):
+    state = view_state(make_project, "SELECT toDate(ts) AS day, max(amount) AS top FROM sales GROUP BY day")
+    assert state.maintenance.group_keys
+    assert records.decode_state(records.encode_state(state), "r") == state
+    stored = json.loads(records.encode_state(state))
+    del stored["maintenance"]["group_keys"]
+    old = records.decode_state(json.dumps({**stored, "format": 3}), "r")
+    assert old.maintenance.group_keys == () and old.maintenance.state_sql == state.maintenance.state_sql
+    stored["maintenance"]["group_keys"] = [{"name": "day", "sql": "`ts`", "typo": 1}]
+    with pytest.raises(PipeframeError) as err:
+        records.decode_state(json.dumps(stored), "The record of `view`")
+    assert err.value.code == "PF611" and "typo" in str(err.value)
+
+
+KEY = GroupKey("k", "x", "c", "TIMESTAMP", "HOUR")
+
+
+@pytest.mark.parametrize("key, expected", [
+    (GroupKey("k", "`c`", "c", "INT", None), "`c` >= L AND `c` <= H"),
+    (KEY, "`c` >= CAST(L AS TIMESTAMP) AND `c` < CAST(H AS TIMESTAMP) + INTERVAL 1 HOUR + INTERVAL 3 HOUR"),
+    (GroupKey("k", "x", "c", "TIMESTAMP", "MONTH"),
+     "`c` >= CAST(L AS TIMESTAMP) AND `c` < CAST(H AS TIMESTAMP) + INTERVAL 1 MONTH + INTERVAL 1 DAY"),
+    (GroupKey("k", "x", "c", "DATE", "WEEK"),
+     "`c` >= CAST(L AS DATE) AND `c` < CAST(CAST(H AS DATE) + INTERVAL 7 DAY AS DATE)"),
+    (GroupKey("k", "x", "c", "INT", "DAY"), None),  # a truncation of a number: no range
+    (GroupKey("k", "x", None, None, None), None),
+])
+def test_a_keys_range_filter_over_its_source_column(key, expected):
+    assert key_range(key, "L", "H") == expected
+
+
+def test_touched_keys_become_exact_literals_whatever_the_time_zone():
+    stamps = pa.chunked_array([pa.array([datetime(2024, 3, 10, 7, 30, tzinfo=UTC), None,
+                                         datetime(2024, 3, 9, 23, 0, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))])
+    assert literal_bounds(stamps) == (f"timestamp_micros({1710025200 * 10**6})", f"timestamp_micros({1710055800 * 10**6})")
+    days = pa.chunked_array([pa.array([date(1970, 1, 11), date(1969, 12, 31)], pa.date32())])
+    assert literal_bounds(days) == ("date_from_unix_date(-1)", "date_from_unix_date(10)")
+    assert literal_bounds(pa.chunked_array([pa.array([5, None, -2], pa.int32())])) == ("-2", "5")
+    assert literal_bounds(pa.chunked_array([pa.array([None, None], pa.int64())])) is None
+    assert literal_bounds(pa.chunked_array([pa.array(["a"])])) is None
+
+
+def stats_add(column: str, low: object, high: object, nulls: int = 0) -> dict:
+    return {"stats": json.dumps({"numRecords": 10, "minValues": {column: low}, "maxValues": {column: high},
+                                 "nullCount": {column: nulls}})}
+
+
+def test_a_recompute_reads_only_the_files_whose_statistics_overlap_the_touched_keys():
+    hour = GroupKey("hour", "DATE_TRUNC('HOUR', `ts`)", "ts", "TIMESTAMP", "HOUR")
+    touched = pa.table({"hour": pa.array([datetime(2024, 5, 2, 5, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))})
+    keep = file_test((hour,), touched)
+    assert keep(stats_add("ts", "2024-05-02T05:59:59.999Z", "2024-05-02T07:00:00.000Z"))  # holds the hour's end
+    assert keep(stats_add("ts", "2024-05-02T07:30:00.000+02:00", "2024-05-02T08:30:00.000+02:00"))  # 05:30-06:30Z
+    assert not keep(stats_add("ts", "2024-05-02T06:00:00.000+02:00", "2024-05-02T06:59:58.000+02:00"))  # before it
+    assert not keep(stats_add("ts", "2024-04-29T00:00:00.000Z", "2024-05-01T00:00:00.000Z"))  # days before
+    assert not keep(stats_add("ts", "2024-05-04T00:00:00.000Z", "2024-05-05T00:00:00.000Z"))  # days after
+    assert keep({"stats": json.dumps({"numRecords": 3})}) and keep({})  # no statistics: may hold anything
+    # a touched NULL key keeps the files holding NULLs
+    with_null = pa.table({"hour": pa.array([None], pa.timestamp("us", tz="UTC"))})
+    assert file_test((hour,), with_null)({"stats": json.dumps({"nullCount": {"ts": 2}, "minValues": {},
+                                                                "maxValues": {}})})
+    assert not file_test((hour,), with_null)(stats_add("ts", "2024-05-04T00:00:00.000Z", "2024-05-05T00:00:00Z"))
+    # a date key over a timestamp column, and an integer key: the other keys' files are not told apart
+    day = GroupKey("day", "CAST(`ts` AS DATE)", "ts", "TIMESTAMP", "DAY")
+    status = GroupKey("status", "`status`", "status", "INT", None)
+    keys = pa.table({"day": pa.array([date(2024, 5, 2)], pa.date32()), "status": pa.array([404], pa.int32())})
+    both = file_test((day, status), keys)
+    assert both({"stats": json.dumps({"minValues": {"ts": "2024-05-02T10:00:00Z", "status": 200},
+                                      "maxValues": {"ts": "2024-05-02T11:00:00Z", "status": 500},
+                                      "nullCount": {"ts": 0, "status": 0}})})
+    assert not both({"stats": json.dumps({"minValues": {"ts": "2024-05-02T10:00:00Z", "status": 200},
+                                          "maxValues": {"ts": "2024-05-02T11:00:00Z", "status": 302},
+                                          "nullCount": {"ts": 0, "status": 0}})})
+    assert file_test((GroupKey("u", "`u`", None, None, None),), pa.table({"u": ["a"]})) is None
