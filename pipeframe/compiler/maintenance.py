@@ -83,7 +83,8 @@ def key_range(key: GroupKey, low: str, high: str) -> str | None:
     if key.unit not in UNITS or kind not in ("TIMESTAMP", "DATE"):
         return None
     step, slack = UNITS[key.unit]
-    if kind == "DATE":
+    if kind == "DATE":  # a truncation of a date below a day is the date itself: ranges of whole days
+        step = step if key.unit in ("DAY", "WEEK", "MONTH", "QUARTER", "YEAR") else "1 DAY"
         return f"{column} >= CAST({low} AS DATE) AND {column} < CAST(CAST({high} AS DATE) + INTERVAL {step} AS DATE)"
     return (f"{column} >= CAST({low} AS TIMESTAMP) AND "
             f"{column} < CAST({high} AS TIMESTAMP) + INTERVAL {step} + INTERVAL {slack}")

@@ -95,7 +95,8 @@ def _floor_of(value: exp.Expression) -> tuple[str | None, str | None]:
         unit = value.args.get("unit")
         name = (unit.name if isinstance(unit, exp.Var | exp.Literal) else "").upper()
         name = _UNIT_NAMES.get(name, name)
-        if name in UNITS:
+        # Spark's trunc(date, unit) (DateTrunc) gives NULL for a unit below a week: no floor of its column
+        if name in UNITS and (isinstance(value, exp.TimestampTrunc) or name in ("WEEK", "MONTH", "QUARTER", "YEAR")):
             return value.this.name, name
     return None, None
 

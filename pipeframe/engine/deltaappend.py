@@ -283,6 +283,8 @@ def matching(rows: pa.Table, keys: list[str], touched: pa.Table) -> pa.ChunkedAr
         return None
     if len(keys) == 1:
         return pc.is_in(columns[0], value_set=touched.column(keys[0]).combine_chunks(), skip_nulls=False)
+    if any(pa.types.is_floating(c.type) for c in columns):
+        return None  # a NaN in a tuple equals no other NaN (Spark's <=> matches them): left to Spark
     wanted = set(zip(*(touched.column(k).to_pylist() for k in keys), strict=True))
     return pa.array([row in wanted for row in zip(*(c.to_pylist() for c in columns), strict=True)], pa.bool_())
 

@@ -353,8 +353,13 @@ class Materializer:
             return tables.read_snapshot(self.spark, source.state, source.path or "", version, from_files=True,
                                         keep=keep)
 
+        # Every group recomputed gives the values the view holds only where it holds exactly its source's groups:
+        # not with rows landed before it was deployed left out (BACKFILL skip), nor aggregates of rows a source TTL
+        # deleted kept (the TTL not followed).
+        whole = self.direct_commit and view.state.backfill != "skip" and \
+            (view.state.follow_ttl or not source.state.ttl)
         narrowed = recompute.narrowed(self.spark, plan.group_keys, touched, snapshot,
-                                      lambda: tables.held_keys(view.path or "", keys) if self.direct_commit else None)
+                                      lambda: tables.held_keys(view.path or "", keys) if whole else None)
         if narrowed is not None and narrowed[1] is not None:
             return narrowed[0], self._states(view, narrowed[1], pins), True
         every = self._states(view, snapshot(None), pins)

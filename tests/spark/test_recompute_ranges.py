@@ -25,6 +25,7 @@ KEYS = (
     GroupKey("k", "`d`", "d", "DATE", None),
     GroupKey("k", "CAST(`d` AS DATE)", "d", "DATE", "DAY"),
     GroupKey("k", "DATE_TRUNC('WEEK', `d`)", "d", "DATE", "WEEK"),
+    GroupKey("k", "DATE_TRUNC('HOUR', `d`)", "d", "DATE", "HOUR"),
     GroupKey("k", "CAST(DATE_TRUNC('MONTH', `d`) AS DATE)", "d", "DATE", "MONTH"),
     GroupKey("k", "`n`", "n", "INT", None),
 )

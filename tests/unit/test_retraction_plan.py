@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from pipeframe.compiler.maintenance import GroupKey, fill, key_range
-from pipeframe.compiler.maintenance_sql import joined_monotonically
+from pipeframe.compiler.maintenance_sql import group_keys, joined_monotonically
 from pipeframe.compiler.partials import partials
 from pipeframe.engine.commits import Commit
 from pipeframe.engine.recompute import file_test, literal_bounds
@@ -305,6 +305,9 @@ KEY = GroupKey("k", "x", "c", "TIMESTAMP", "HOUR")
      "`c` >= CAST(L AS TIMESTAMP) AND `c` < CAST(H AS TIMESTAMP) + INTERVAL 1 MONTH + INTERVAL 1 DAY"),
     (GroupKey("k", "x", "c", "DATE", "WEEK"),
      "`c` >= CAST(L AS DATE) AND `c` < CAST(CAST(H AS DATE) + INTERVAL 7 DAY AS DATE)"),
+    # a truncation of a date below a day is the date itself: whole days (an hour after a date is that date)
+    (GroupKey("k", "x", "c", "DATE", "HOUR"),
+     "`c` >= CAST(L AS DATE) AND `c` < CAST(CAST(H AS DATE) + INTERVAL 1 DAY AS DATE)"),
     (GroupKey("k", "x", "c", "INT", "DAY"), None),  # a truncation of a number: no range
     (GroupKey("k", "x", None, None, None), None),
 ])
@@ -355,3 +358,12 @@ def test_a_recompute_reads_only_the_files_whose_statistics_overlap_the_touched_k
                                           "maxValues": {"ts": "2024-05-02T11:00:00Z", "status": 302},
                                           "nullCount": {"ts": 0, "status": 0}})})
     assert file_test((GroupKey("u", "`u`", None, None, None),), pa.table({"u": ["a"]})) is None
+
+
+@pytest.mark.parametrize("unit, floor", [("MM", ("d", "MONTH")), ("YEAR", ("d", "YEAR")), ("DD", (None, None)),
+                                         ("HOUR", (None, None))])
+def test_sparks_trunc_of_a_date_is_a_floor_only_for_the_units_it_knows(unit, floor):
+    """Spark's trunc(date, unit) answers NULL for a unit below a week: such a key is no floor of its column."""
+    sql = f"SELECT TRUNC(d, '{unit}') AS k, max(x) AS m FROM __pf_batch AS e GROUP BY TRUNC(d, '{unit}')"
+    [key] = group_keys(sql, ("k",), [("d", "DATE"), ("x", "INT")], {})
+    assert (key.column, key.unit) == floor
