@@ -1,9 +1,10 @@
 """One entry of a Delta table's history as views see it (`Commit`): what the operation did to the table's rows.
-Made from `DESCRIBE HISTORY` (`tables.history`) and from the log read in pure Python (`deltalog.history`)."""
+Made from `DESCRIBE HISTORY` (`tables.history`) and from the log read in pure Python (`deltalog.history`); and
+what a view's commit records of the source it has applied (`Watermark`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from pipeframe.plan import records
@@ -19,6 +20,9 @@ REWRITING_OPS = {"WRITE": None, "DELETE": ("numDeletedRows",), "UPDATE": ("numUp
                  "MERGE": ("numTargetRowsUpdated", "numTargetRowsDeleted"), "TRUNCATE": (), "RESTORE": (),
                  "REPLACE TABLE": (), "REPLACE TABLE AS SELECT": (), "CREATE OR REPLACE TABLE": (),
                  "CREATE OR REPLACE TABLE AS SELECT": ()}
+# Rewrites a view follows from the change feed (retracting removed rows, adding new ones); after any other
+# rewrite (RESTORE, REPLACE TABLE) its views are stale until rebuilt.
+FOLLOWED_OPS = {"WRITE", "DELETE", "UPDATE", "MERGE", "TRUNCATE"}
 DML_ROW_METRICS = ("numDeletedRows", "numUpdatedRows", "numTargetRowsInserted", "numTargetRowsUpdated",
                    "numTargetRowsDeleted")
 
@@ -82,3 +86,34 @@ class Commit:
 
     def describe(self) -> str:
         return f"{self.operation} at version {self.version} ({self.timestamp:%Y-%m-%d %H:%M:%S})"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """What a view has applied: the last source version, and which physical source table it came from."""
+
+    source_version: int | None
+    source_path: str | None = None
+    commit: Commit | None = None  # the view's commit that recorded it
+
+    @property
+    def joined(self) -> dict[str, int]:
+        """The version of each joined table the view's rows agree with (a table not named: not known yet)."""
+        recorded = self.commit.metadata if self.commit else None
+        return dict(recorded.joined) if isinstance(recorded, records.ViewCommit) else {}
+
+
+def watermark_of(commit: Commit) -> Watermark | None:
+    """The watermark a view's commit records, if it records one."""
+    record = commit.metadata
+    if isinstance(record, records.ViewCommit) and record.source_version is not None:
+        return Watermark(record.source_version, record.source_path, commit)
+    return None
+
+
+def as_followed(commits: list[Commit], follow_ttl: bool) -> list[Commit]:
+    """Commits as a view reads them: a view with FOLLOW_TTL true takes its tables' ENGINE_TTL deletes (tagged
+    `"op": "ttl"`, neutral to every other view) as the deletes they are."""
+    if not follow_ttl:
+        return commits
+    return [replace(c, metadata=None) if isinstance(c.metadata, records.Retention) else c for c in commits]

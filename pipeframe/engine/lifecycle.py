@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import tables
-from pipeframe.engine.commits import Commit
+from pipeframe.engine.commits import Commit, as_followed
 from pipeframe.engine.conflicts import view_lock
 from pipeframe.engine.warehouse import ViewRecord
 from pipeframe.plan import records
@@ -157,7 +157,7 @@ def _lag(spark: SparkSession | None, source_path: str, applied: int, latest: int
     """Source commits with rows not applied yet, and how long the oldest of them has waited."""
     if latest <= applied:
         return 0, 0.0
-    commits = tables.as_followed(tables.commits_between(spark, source_path, applied, latest), follow_ttl)
+    commits = as_followed(tables.commits_between(spark, source_path, applied, latest), follow_ttl)
     pending = [c for c in commits if c.changes_data]
     return len(pending), max(0.0, time.time() - min(c.epoch for c in pending)) if pending else 0.0
 

@@ -12,15 +12,17 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipeframe.compiler.maintenance import MaintenancePlan, fill
-from pipeframe.engine import partials, recompute, tables
+from pipeframe.compiler.maintenance import MaintenancePlan
+from pipeframe.engine import partials, refresh, tables
+from pipeframe.engine.commits import FOLLOWED_OPS, as_followed
 from pipeframe.engine.conflicts import is_cancelled, is_conflict, is_out_of_memory, retrying, table_lock, view_lock
+from pipeframe.engine.refresh import ViewRefresh
+from pipeframe.engine.sparkstore import SparkStore
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_CHUNK_ROWS = 1_000_000
-RECENT_COMMITS = 50  # source history read per refresh; a view further behind reads the rest
 # Views refreshed at once: a view's refresh is mostly waiting (Delta log reads and commits, the driver planning a
 # small job), so independent views overlap; a view still starts only after the views it reads are refreshed.
 REFRESH_THREADS = 4
@@ -41,28 +42,6 @@ ORDERED_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "dec
 StepHook = Callable[[str], None]
 log = logging.getLogger("pipeframe.materialize")
 _MEMORY_RETRY = threading.Lock()  # one refresh retried after running out of execution memory at a time
-
-
-class WatermarkMissing(Exception):
-    """A view table whose history no longer says which source version it has applied."""
-
-
-@dataclass(frozen=True)
-class ViewRefresh:
-    """What one refresh did to one view."""
-
-    view: str
-    outcome: str  # applied | up to date | paused | stale | error | rebuilt
-    from_version: int | None = None
-    to_version: int | None = None
-    message: str | None = None
-    rows: int | None = None  # source rows applied (as the source's commits counted them)
-    path: str | None = None  # how the rows were applied: append | negate | fold | recompute | rows
-    waited_ms: float | None = None  # how long the oldest commit applied had waited when the view committed
-
-    @property
-    def failed(self) -> bool:
-        return self.outcome == "error"
 
 
 @dataclass(frozen=True)
@@ -121,16 +100,17 @@ class Materializer:
         self.spark = spark
         self.direct_commit = direct_commit  # increments of local views appended by `deltaappend` (ingest setting)
         self.warehouse = warehouse
-        self.deployed = deployed
+        self.store = SparkStore(spark, warehouse, deployed, direct_commit)
         self.on_step = on_step or (lambda _step: None)
         self.on_progress = on_progress or (lambda _progress: None)
-        # Within one refresh: each source's recent history is read once, and the rows of a commit range are
-        # read once (and cached) when several views at the same watermark need them.
-        self._recent: dict[str, list[tables.Commit]] = {}
-        self._batches: dict[tuple[str, int, int], DataFrame] = {}
-        self._readers: Counter[str] = Counter()
-        self._cache_lock = threading.Lock()  # the two caches above, shared by the refresh threads
-        self._temp_views: list[str] = []  # registered for one refresh (unique names: Spark Connect resolves late)
+
+    @property
+    def deployed(self) -> DeployedSnapshot:
+        return self.store.deployed
+
+    @deployed.setter
+    def deployed(self, deployed: DeployedSnapshot) -> None:
+        self.store.deployed = deployed
 
     # ------------------------------------------------------------------------------------ lookup
     def views(self) -> list[DeployedResource]:
@@ -162,7 +142,7 @@ class Materializer:
         self.warehouse.require_safe_writers()
         views = self.views() if views is None else views
         records = self.warehouse.view_records()
-        self._readers = Counter(v.state.source or "" for v in views)
+        self.store.begin_round(views)
         try:
             if not full:
                 return self._refresh_concurrently(views, records)
@@ -173,10 +153,7 @@ class Materializer:
                 results += self.rebuild(view.state.name, record=records.get(view.state.name))
             return results
         finally:
-            for batch in self._batches.values():
-                batch.unpersist()
-            self._recent, self._batches, self._readers = {}, {}, Counter()
-            self._drop_temp_views()
+            self.store.end_round()
 
     def _refresh_concurrently(self, views: list[DeployedResource], records: dict[str, ViewRecord]) -> list[ViewRefresh]:
         if len(views) <= 1:
@@ -239,133 +216,21 @@ class Materializer:
         state = view.state
         maintained(view)  # refused before anything is read
         source = self._source_of(view)
-        watermark = tables.read_watermark(self.spark, view.path or "")
-        if watermark.source_version is None:
-            # Every view table records one when it is built; starting over from version 0 would count twice.
-            raise WatermarkMissing(f"no source version is recorded in the history of {view.path}; run "
-                                   f"`pipeframe refresh {state.name} --full` to rebuild it")
-        if watermark.source_path not in (None, source.path):
-            return self._mark_stale(view, f"its source `{state.source}` was rebuilt since the view last read it")
-        followed = self._follow_joined(view, source, watermark) if state.joined else ""
-        if isinstance(followed, ViewRefresh):
-            return followed
-        if followed:
-            watermark = tables.read_watermark(self.spark, view.path or "")
-        recent = self._recent_commits(source.path or "")
-        latest = recent[0]
-        applied = watermark.source_version or 0
-        if applied >= latest.version:
-            return ViewRefresh(state.name, "applied" if followed else "up to date", applied, applied,
-                               path=followed or None)
-        commits = sorted((c for c in recent if c.version > applied), key=lambda c: c.version)
-        if len(commits) < latest.version - applied:  # further back than the recent history read
-            commits = tables.commits_between(self.spark, source.path or "", applied, latest.version)
-        commits = tables.as_followed(commits, state.follow_ttl)
-        rewrites = [c for c in commits if c.rewrites_rows()]
-        unfollowed = [c for c in rewrites if c.operation not in tables.FOLLOWED_OPS]
-        if unfollowed:
-            return self._mark_stale(view, f"`{state.source}` was rewritten in a way its change feed does not "
-                                          f"describe ({unfollowed[0].describe()})")
-        rows = sum(c.changed_rows for c in commits)
-        joined = watermark.joined
-        watermark = {"source_version": latest.version, "source_path": source.path, "after": applied}
-        if rewrites:
-            try:
-                path, written = self._apply_changes(view, source, commits, watermark, rows, joined)
-            except Exception as exc:
-                if not tables.history_gone(exc):
-                    raise
-                return self._mark_stale(view, f"the change feed of `{state.source}` from version {applied + 1} is "
-                                              f"no longer kept (vacuumed): {first_line(exc)}")
-        else:
-            increment = records.ViewCommit(state.name, rows=rows, path="append")
-            path, written = "append", self._write_batch(view, self._changes(source, commits), joined, increment,
-                                                        **watermark)
-        if not written:
-            # Another refresher applied an increment from the same watermark first: Delta skipped this one.
-            return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
-        self.on_step(f"view committed {state.name}")
-        waited = max(0.0, time.time() - min(c.epoch for c in commits)) * 1000
-        return ViewRefresh(state.name, "applied", applied, latest.version, rows=rows, waited_ms=waited, path=path)
-
-    def _apply_changes(self, view: DeployedResource, source: DeployedResource, commits: list[tables.Commit],
-                       watermark: dict, rows: int, joined: dict[str, int]) -> tuple[str, bool]:
-        """Apply commits that deleted or updated rows: the removed rows are retracted and the added rows added, in
-        one commit that records the watermark. Which way (`path`):
-
-        - negate: every state can be subtracted: the states of the removed rows are appended negated;
-        - fold: the same, but views read this view's rows: the touched groups' rows are replaced by one merged
-          row each, so the downstream views see the old rows go and the new ones come;
-        - recompute: some state cannot be subtracted (min, sketches, sets): the touched groups are computed again
-          from the source as of the new version and replace their rows;
-        - rows: a view without GROUP BY: one view row per removed source row is deleted."""
-        state, path = view.state, view.path or ""
-        added, removed = tables.read_change_rows(self.spark, source.state, source.path or "", commits)
-        self._register_lookups(state)
-        pins = self._pinned(view, joined)
-        metadata = records.ViewCommit(state.name, rows=rows, joined=joined)
-        children = self._children(view)
-        if state.negate_sql and not children:
-            mode = "negate"
-            written = tables.write_states(self._signed(view, added, removed, pins, pins, tables.adds_rows(commits)),
-                                          state, path, metadata=replace(metadata, path=mode),
-                                          direct=self.direct_commit, **watermark)
-            return mode, written
-        keys = state.keys if state.aggregated else tuple(n for n, _ in state.columns)
-        if state.negate_sql:
-            mode = "fold"
-            delta = self._signed(view, added, removed, pins, pins, tables.adds_rows(commits))
-            touched = delta.select(*[f"`{k}`" for k in keys])
-            merged = self._register(_semi(self._read_view(view), keys, touched).unionByName(delta),
-                                    f"__pf_fold_{state.name}")
-            replacement = self.spark.sql((state.compact_sql or "").replace("{table}", merged))
-        elif state.aggregated:
-            mode = "recompute"
-            touched, replacement, few = self._recomputed(view, source, added.unionByName(removed), pins,
-                                                         watermark["source_version"])
-            written = tables.replace_groups(self.spark, state, path, keys, touched, replacement,
-                                            metadata=replace(metadata, path=mode), **watermark,
-                                            direct=self.direct_commit and few)
-            return mode, written
-        else:
-            mode = "rows"
-            gone = self._states(view, removed, pins)
-            touched = gone
-            replacement = _semi(self._read_view(view), keys, gone).unionByName(
-                self._states(view, added, pins)).exceptAll(gone)
-        written = tables.replace_groups(self.spark, state, path, keys, touched, replacement,
-                                        metadata=replace(metadata, path=mode), **watermark)
-        return mode, written
-
-    def _recomputed(self, view: DeployedResource, source: DeployedResource, changed: DataFrame,
-                    pins: dict[str, DataFrame], version: int) -> tuple[DataFrame, DataFrame, bool]:
-        """The `recompute` way (`_apply_changes`): (the keys of the groups whose rows are replaced, their states
-        computed again from the source as of `version`, whether both are few: at most NARROW_GROUPS groups).
-        The groups `changed` rows fall in, from the source rows of those groups alone where the plan records
-        how a source row's group is computed (engine/recompute.py); from all of them when most groups are
-        touched, or the plan cannot say."""
-        keys, plan = view.state.keys, maintained(view)
-        # The groups of the changed rows: their keys computed from each row where the plan says how (a row the
-        # view's WHERE drops names a group it may not hold: recomputing it changes nothing), else by the query.
-        touched = changed.selectExpr(*[f"{k.sql} AS `{k.name}`" for k in plan.group_keys]) if plan.group_keys \
-            else self._states(view, changed, pins).select(*[f"`{k}`" for k in keys])
-        def snapshot(keep: Callable[[dict], bool] | None) -> DataFrame:
-            return tables.read_snapshot(self.spark, source.state, source.path or "", version, from_files=True,
-                                        keep=keep)
-
-        # Every group recomputed gives the values the view holds only where it holds exactly its source's groups:
-        # not with rows landed before it was deployed left out (BACKFILL skip), nor aggregates of rows a source TTL
-        # deleted kept (the TTL not followed).
-        whole = self.direct_commit and view.state.backfill != "skip" and \
-            (view.state.follow_ttl or not source.state.ttl)
-        narrowed = recompute.narrowed(self.spark, plan.group_keys, touched, snapshot,
-                                      lambda: tables.held_keys(view.path or "", keys) if whole else None)
-        if narrowed is not None and narrowed[1] is not None:
-            return narrowed[0], self._states(view, narrowed[1], pins), True
-        every = self._states(view, snapshot(None), pins)
-        if narrowed is not None:  # every group of the view: all of them replaced
-            return narrowed[0], every, True
-        return touched, _semi(every, keys, touched), False
+        try:
+            watermark = refresh.watermark(self.store, view, source)
+            followed = self._follow_joined(view, source, watermark) if state.joined else ""
+            if isinstance(followed, ViewRefresh):
+                return followed
+            if followed:
+                watermark = refresh.watermark(self.store, view, source)
+            done = refresh.apply_source(self.store, view, source, maintained(view), watermark, self.deployed,
+                                        read_by_views=bool(self._children(view)), history_gone=tables.history_gone,
+                                        followed=followed)
+        except refresh.Stale as stale:
+            return self._mark_stale(view, str(stale))
+        if done.outcome == "applied" and done.to_version != done.from_version:
+            self.on_step(f"view committed {state.name}")
+        return done
 
     def _follow_joined(self, view: DeployedResource, source: DeployedResource,
                        watermark: tables.Watermark) -> str | ViewRefresh:
@@ -385,19 +250,18 @@ class Materializer:
             table = self.deployed.table(name)
             if table is None or not table.path:
                 continue
-            latest = self._recent_commits(table.path)[0].version
+            latest = self.store.history(table.path)[0].version
             start = recorded.get(name, -1)  # never recorded (a view built before it followed joins): all of it
             if start >= latest:
                 continue
-            commits = tables.as_followed(tables.commits_between(self.spark, table.path, start, latest),
+            commits = as_followed(tables.commits_between(self.spark, table.path, start, latest),
                                          state.follow_ttl)
-            unfollowed = [c for c in commits if c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS]
+            unfollowed = [c for c in commits if c.rewrites_rows() and c.operation not in FOLLOWED_OPS]
             if unfollowed:
                 return self._mark_stale(view, f"the joined table `{name}` was rewritten in a way its change feed "
                                               f"does not describe ({unfollowed[0].describe()})")
             if not any(c.changes_data for c in commits):
                 continue
-            self._register_lookups(state)
             pins = self._pinned(view, recorded)
             monotonic = name in maintained(view).monotonic
             negate = monotonic and start >= 0 and state.negate_sql and not self._children(view)
@@ -424,8 +288,7 @@ class Materializer:
                                               f"{start + 1} is no longer kept (vacuumed): {first_line(exc)}")
             committed = path if written else committed
             self.on_step(f"joined committed {state.name}:{name}")
-            with self._cache_lock:
-                self._recent.pop(view.path or "", None)
+            self.store.forget(view.path or "")
         return committed
 
     def _join_change(self, view: DeployedResource, source: DeployedResource, version: int, name: str, start: int,
@@ -449,7 +312,7 @@ class Materializer:
             touched = old.exceptAll(now).unionByName(now.exceptAll(old))
         touched = touched.select(*[f"`{k}`" for k in state.keys])
         return tables.replace_groups(self.spark, state, view.path or "", state.keys, touched,
-                                     _semi(now, state.keys, touched), **commit)
+                                     self.store.semi(now, state.keys, touched), **commit)
 
     def _partial_states(self, view: DeployedResource, source: DeployedResource, version: int,
                         table: DeployedResource, commits: list[tables.Commit],
@@ -481,13 +344,7 @@ class Materializer:
         return [v for v in self.views() if v.state.source == view.state.name]
 
     def _pinned(self, view: DeployedResource, versions: dict[str, int]) -> dict[str, DataFrame]:
-        """The joined tables a view follows, as of the versions its rows agree with (read by name when unknown)."""
-        pins = {}
-        for name in view.state.joined:
-            table = self.deployed.table(name)
-            if table is not None and table.path and name in versions:
-                pins[name] = tables.read_snapshot(self.spark, table.state, table.path, versions[name])
-        return pins
+        return refresh.pinned(self.store, view, self.deployed, versions)
 
     def _joined_now(self, view: DeployedResource) -> dict[str, int]:
         """The latest version of each table a view joins and follows."""
@@ -498,83 +355,26 @@ class Materializer:
                 sql: str | None = None) -> DataFrame:
         """The view's query (or `sql`, another query of its plan over `{table}`) over `rows` of its source (and
         `pins`: joined tables as given frames, instead of by name): the state rows (or plain rows) they make."""
-        relation = self._register(rows, f"__pf_batch_{view.state.name}")
-        named = {name: self._register(frame, f"__pf_joined_{view.state.name}_{name}")
-                 for name, frame in (pins or {}).items()}
-        return self.spark.sql(fill(maintained(view).state_sql if sql is None else sql, relation, named))
+        return self.store.run(view, maintained(view).state_sql if sql is None else sql, rows, pins)
 
     def _signed(self, view: DeployedResource, added: DataFrame, removed: DataFrame, added_pins: dict[str, DataFrame],
                 removed_pins: dict[str, DataFrame], adds: bool) -> DataFrame:
         """The states of `added` and the negated states of `removed`; only the latter when nothing was added (a
         DELETE): the query over no rows would still cost a Spark job (0.2-0.3 s of a 0.7 s refresh)."""
-        negated = self._negated(view, removed, removed_pins)
+        negated = self.store.run(view, view.state.negate_sql or "", self._states(view, removed, removed_pins))
         return self._states(view, added, added_pins).unionByName(negated) if adds else negated
-
-    def _negated(self, view: DeployedResource, rows: DataFrame, pins: dict[str, DataFrame]) -> DataFrame:
-        """State rows that take `rows` back out of the view when merged."""
-        relation = self._register(self._states(view, rows, pins), f"__pf_removed_{view.state.name}")
-        return self.spark.sql((view.state.negate_sql or "").replace("{table}", relation))
 
     def _query(self, view: DeployedResource) -> Callable[[str, DataFrame], DataFrame]:
         """Runs SQL of the view's plan over given rows (its `{table}`, registered for this refresh)."""
         return lambda sql, rows: self._states(view, rows, sql=sql)
 
-    def _drop_temp_views(self) -> None:
-        with self._cache_lock:
-            names, self._temp_views = self._temp_views, []
-        for name in names:
-            self.spark.catalog.dropTempView(name)
-
-    def _register(self, frame: DataFrame, prefix: str) -> str:
-        """`frame` as a temporary view of its own until the refresh ends; its name."""
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        frame.createOrReplaceTempView(name)
-        with self._cache_lock:
-            self._temp_views.append(name)
-        return name
-
-    def _read_view(self, view: DeployedResource) -> DataFrame:
-        return self.spark.read.format("delta").load(view.path or "").select(*[f"`{n}`" for n, _ in view.state.columns])
-
-    def _recent_commits(self, path: str) -> list[tables.Commit]:
-        """A table's newest commits (newest first), read once per refresh until the table is written."""
-        if not self._readers:  # not inside refresh(): always read afresh
-            return tables.history(self.spark, path, RECENT_COMMITS)
-        with self._cache_lock:
-            if path not in self._recent:
-                self._recent[path] = tables.history(self.spark, path, RECENT_COMMITS)
-            return self._recent[path]
-
-    def _changes(self, source: DeployedResource, commits: list[tables.Commit]) -> DataFrame:
-        """The rows `commits` added to `source`; read once for the refresh when other views read them too."""
-        key = (source.path or "", commits[0].version, commits[-1].version)
-        with self._cache_lock:
-            if key in self._batches:
-                return self._batches[key]
-            shared = self._readers[source.state.name] > 1
-            batch = tables.read_changes(self.spark, source.state, source.path or "", commits, persist=shared)
-            if shared:
-                self._batches[key] = batch
-            return batch
-
     def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None,
                      metadata: records.ViewCommit | records.PopulateChunk, **watermark) -> bool:
         """Append the states of `batch` (joined tables as of `joined`, the versions recorded with the rows)."""
-        self._register_lookups(view.state)
-        # Each view reads its block of rows under a name of its own: views are refreshed at once in one session.
         states = self._states(view, batch, self._pinned(view, joined or {}))
-        metadata = replace(metadata, joined=joined or {})
-        written = tables.write_states(states, view.state, view.path or "", metadata=metadata,
-                                      direct=self.direct_commit, **watermark)
-        with self._cache_lock:
-            self._recent.pop(view.path or "", None)  # its history changed: a downstream view reads it afresh
+        written = self.store.append(view, states, metadata=replace(metadata, joined=joined or {}), watermark=watermark)
+        self.store.forget(view.path or "")  # its history changed: a downstream view reads it afresh
         return written
-
-    def _register_lookups(self, state: ResourceState) -> None:
-        """The tables a view's query joins besides its trigger (DIMENSIONS) must be readable by name."""
-        lookups = [r for k, r in self.deployed.items() if k in state.depends_on and r.state.name != state.source]
-        if lookups:
-            self.warehouse.register(lookups)
 
     def _mark_stale(self, view: DeployedResource, reason: str) -> ViewRefresh:
         record = self.warehouse.view_record(view.state.name)
@@ -619,7 +419,7 @@ class Materializer:
         old = run.get("replaces_path") or view.path
         if old and old != target.path:
             tables.remove_path(self.spark, old)
-        self._drop_temp_views()
+        self.store.end_round()
         self.deployed = self.warehouse.snapshot()  # with the swap
         results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
         for child in self._children(view):
@@ -654,7 +454,7 @@ class Materializer:
             run = self._new_run(view, "backfilling", view.path or "", view.version, start.source_version,
                                 where, chunk_by, chunk_rows)
         self._run_chunks(view, view, run, record)
-        self._drop_temp_views()
+        self.store.end_round()
         self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), backfill=None))
         return [ViewRefresh(view.state.name, "applied", None, int(run["pinned_version"]))]
 
@@ -730,8 +530,7 @@ class Materializer:
         if empty and self.direct_commit and _none_from_none(view.state) and tables.commit_watermark(
                 self.spark, view.state, view.path or "", source_version=pinned, source_path=source.path,
                 metadata=replace(metadata, joined=self._joined_now(view))):
-            with self._cache_lock:
-                self._recent.pop(view.path or "", None)
+            self.store.forget(view.path or "")
             return  # no rows, none made from them: the watermark alone, without a Spark job
         self.warehouse.register(self.deployed.values())  # its query may read any deployed table by name
         if empty:
@@ -740,7 +539,7 @@ class Materializer:
             batch = tables.read_snapshot(self.spark, source.state, source.path or "", pinned)
         self._write_batch(view, batch, self._joined_now(view), source_version=pinned, source_path=source.path,
                           metadata=metadata)
-        self._drop_temp_views()
+        self.store.end_round()
 
     # ---------------------------------------------------------------------------------- optimize
     def optimize(self, names: list[str] | None = None, retention_hours: float = 168.0) -> list[str]:
@@ -838,7 +637,7 @@ def _held(record: ViewRecord) -> ViewRefresh | None:
 
 def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:
     """Delete the rows past a table's ENGINE_TTL, tagged as retention so views downstream ignore it (unless they
-    follow it: FOLLOW_TTL true, `tables.as_followed`)."""
+    follow it: FOLLOW_TTL true, `commits.as_followed`)."""
     if resource.path and resource.state.ttl and not tables.holds_no_rows(resource.path):  # no rows: none to delete
         with table_lock(resource.path), _SessionMetadata(spark, records.encode(records.Retention())):
             spark.sql(f"DELETE FROM {quote_path(resource.path)} WHERE ({resource.state.ttl}) < current_timestamp()")
@@ -874,19 +673,6 @@ def plan_chunks(frame: DataFrame, chunk_by: str | None, chunk_rows: int, where: 
     bucket = "CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(chunks)) + " END"
     counts = dict(frame.selectExpr(f"{bucket} AS b").groupBy("b").count().collect())
     return chunks, [int(counts.get(i, 0)) for i in range(len(chunks))]
-
-
-def _semi(rows: DataFrame, keys: tuple[str, ...], wanted: DataFrame) -> DataFrame:
-    """The rows of `rows` whose `keys` equal those of a row of `wanted`, NULL matching NULL (all rows without
-    keys: a global aggregate is one group)."""
-    if not keys:
-        return rows
-    from functools import reduce
-
-    right = wanted.selectExpr(*[f"`{k}` AS `__pf_key{i}`" for i, k in enumerate(keys)]).distinct()
-    condition = reduce(lambda a, b: a & b, [rows[f"`{k}`"].eqNullSafe(right[f"__pf_key{i}"])
-                                            for i, k in enumerate(keys)])
-    return rows.join(right, condition, "left_semi")
 
 
 def maintained(view: DeployedResource) -> MaintenancePlan:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.compiler.maintenance import MaintenancePlan, Partials
 from pipeframe.engine import tables
+from pipeframe.engine.commits import FOLLOWED_OPS, as_followed
 from pipeframe.engine.conflicts import local_folder, view_lock
 from pipeframe.plan import records
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -76,11 +77,11 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
     """Bring the partial states from source version `start` to the one `record` names; False when the source
     changed in a way its change feed does not describe (or no longer keeps)."""
     # The partial states follow the source's rows as a snapshot has them: TTL deletes included.
-    commits = tables.as_followed(tables.commits_between(spark, source.path or "", start, record.source_version),
+    commits = as_followed(tables.commits_between(spark, source.path or "", start, record.source_version),
                                  True)
     if [c.version for c in commits] != list(range(start + 1, record.source_version + 1)):
         return False  # part of the history is no longer in the log (cleaned up): its changes are unknown
-    if any(c.rewrites_rows() and c.operation not in tables.FOLLOWED_OPS for c in commits):
+    if any(c.rewrites_rows() and c.operation not in FOLLOWED_OPS for c in commits):
         return False
     added, removed = tables.read_change_rows(spark, source.state, source.path or "", commits)
     negated = query(derived.negate_sql, query(derived.sql, removed))

@@ -11,11 +11,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import deltaappend, deltalog
-from pipeframe.engine.commits import Commit
+from pipeframe.engine.commits import Commit, Watermark, watermark_of
 from pipeframe.engine.conflicts import local_folder, table_lock
 from pipeframe.engine.warehouse import IO
 from pipeframe.plan import records
@@ -52,29 +52,11 @@ _CHECKPOINTS_GUARD = threading.Lock()
 CHECKPOINT_SECONDS = 10.0
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ViewRecord = records.ViewCommit | records.PopulateChunk | records.CompactionRestore  # made by write_states
-# Rewrites a view follows from the change feed (retracting removed rows, adding new ones); after any other
-# rewrite (RESTORE, REPLACE TABLE) its views are stale until rebuilt.
-FOLLOWED_OPS = {"WRITE", "DELETE", "UPDATE", "MERGE", "TRUNCATE"}
 
 
 def watermark_app_id(view: str) -> str:
     """Delta idempotent-write id under which a view records the last source version it applied."""
     return f"pipeframe:{view}"
-
-
-@dataclass(frozen=True)
-class Watermark:
-    """What a view has applied: the last source version, and which physical source table it came from."""
-
-    source_version: int | None
-    source_path: str | None = None
-    commit: Commit | None = None  # the view's commit that recorded it
-
-    @property
-    def joined(self) -> dict[str, int]:
-        """The version of each joined table the view's rows agree with (a table not named: not known yet)."""
-        recorded = self.commit.metadata if self.commit else None
-        return dict(recorded.joined) if isinstance(recorded, records.ViewCommit) else {}
 
 
 class NeedsSpark(Exception):
@@ -133,21 +115,13 @@ def commits_between(spark: SparkSession | None, path: str, after: int, upto: int
     return sorted(commits, key=lambda c: c.version)
 
 
-def as_followed(commits: list[Commit], follow_ttl: bool) -> list[Commit]:
-    """Commits as a view reads them: a view with FOLLOW_TTL true takes its tables' ENGINE_TTL deletes (tagged
-    `"op": "ttl"`, neutral to every other view) as the deletes they are."""
-    if not follow_ttl:
-        return commits
-    return [replace(c, metadata=None) if isinstance(c.metadata, records.Retention) else c for c in commits]
-
-
 def read_watermark(spark: SparkSession | None, path: str) -> Watermark:
     """The newest watermark a view's table records (in the userMetadata of its newest state commit)."""
     limit: int | None = 20
     while True:
         commits = history(spark, path, limit)
         for commit in commits:
-            if (recorded := _watermark(commit)) is not None:
+            if (recorded := watermark_of(commit)) is not None:
                 return recorded
         if limit is None or len(commits) < limit:
             return Watermark(None)
@@ -158,17 +132,9 @@ def initial_watermark(spark: SparkSession, path: str) -> Watermark:
     """The first watermark a view's table recorded: the source version it started from (its backfill, or
     the version at its creation with BACKFILL skip)."""
     for commit in sorted(history(spark, path), key=lambda c: c.version):
-        if (recorded := _watermark(commit)) is not None:
+        if (recorded := watermark_of(commit)) is not None:
             return recorded
     return Watermark(None)
-
-
-def _watermark(commit: Commit) -> Watermark | None:
-    """The watermark a view's commit records, if it records one."""
-    record = commit.metadata
-    if isinstance(record, records.ViewCommit) and record.source_version is not None:
-        return Watermark(record.source_version, record.source_path, commit)
-    return None
 
 
 def too_big_for_driver(exc: BaseException) -> bool:

@@ -11,6 +11,8 @@ the group's sketches handed to one of these scalar functions (`serving.translate
 | `kll_merge_agg_double(c)` | `pf_kll_merge(list(c))` |
 | `kll_sketch_get_quantile_double(s, r)` | `pf_kll_quantile(s, r)` (`pf_kll_quantiles` for an array of ranks) |
 | `kll_sketch_get_n_double(s)` | `pf_kll_n(s)` |
+| `hll_sketch_agg(x)` (a view's state query, in the in-memory store only) | `pf_hll_sketch(list(x))` |
+| `kll_sketch_agg_double(x)` (the same) | `pf_kll_sketch(list(x))` |
 
 Each mirrors Spark's own (datasketches-java): a union of HLL sketches is kept at the largest lgConfigK it is given
 and read back as an HLL_8 sketch; an estimate is rounded half up to a whole number (Java's `Math.round`); a KLL rank
@@ -26,6 +28,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
+HLL_LG_K = 12  # Spark's hll_sketch_agg default lgConfigK
+KLL_K = 200  # Spark's kll_sketch_agg_double default k
+
 
 def hll_union(sketches: list[bytes | None]) -> bytes | None:
     """The union of serialized HLL sketches, serialized as `hll_union_agg(…, true)` does; None without any."""
@@ -38,6 +43,30 @@ def hll_union(sketches: list[bytes | None]) -> bytes | None:
     for sketch in found:
         union.update(sketch)
     return bytes(union.get_result(ds.tgt_hll_type.HLL_8).serialize_compact())
+
+
+def hll_sketch(values: list[str | None]) -> bytes:
+    """`hll_sketch_agg(x)` with Spark's default lgConfigK (12): a sketch of the strings given, NULLs left out (Spark
+    hashes a string's UTF-8 bytes, as `datasketches` does). Serialized as an HLL_8 sketch, which unions and estimates
+    read as they read Spark's."""
+    import datasketches as ds
+
+    sketch = ds.hll_sketch(HLL_LG_K, ds.tgt_hll_type.HLL_8)
+    for value in values:
+        if value is not None:
+            sketch.update(value)
+    return bytes(sketch.serialize_compact())
+
+
+def kll_sketch(values: list[float | None]) -> bytes:
+    """`kll_sketch_agg_double(x)` with Spark's default k (200), NULLs left out."""
+    import datasketches as ds
+
+    sketch = ds.kll_doubles_sketch(KLL_K)
+    for value in values:
+        if value is not None:
+            sketch.update(value)
+    return bytes(sketch.serialize())
 
 
 def hll_estimate(sketch: bytes) -> int:
@@ -98,6 +127,8 @@ def register(connection: duckdb.DuckDBPyConnection) -> None:
         ("pf_kll_quantile", kll_quantile, ["BLOB", "DOUBLE"], "DOUBLE"),
         ("pf_kll_quantiles", kll_quantiles, ["BLOB", "DOUBLE[]"], "DOUBLE[]"),
         ("pf_kll_n", kll_n, ["BLOB"], "BIGINT"),
+        ("pf_hll_sketch", hll_sketch, ["VARCHAR[]"], "BLOB"),
+        ("pf_kll_sketch", kll_sketch, ["DOUBLE[]"], "BLOB"),
     )
     for name, function, params, returns in functions:
         connection.create_function(name, function, params, returns, side_effects=False)

@@ -94,10 +94,16 @@ ANONYMOUS: dict[str, str] = {
     "kll_sketch_get_n_double": "pf_kll_n",
 }
 SKETCH_AGGREGATES = frozenset({"hll_union_agg", "kll_merge_agg_double"})
+# What only a view's state queries use: the aggregates that build sketches and the struct states (avg, variance).
+# Translated for the in-memory store of view maintenance (serving/memstore.py, `translate(..., states=True)`),
+# whose states are read back by the same functions; an endpoint never builds a state, so the read path refuses them.
+STATE_FUNCTIONS: dict[str, str] = {"hll_sketch_agg": "pf_hll_sketch", "kll_sketch_agg_double": "pf_kll_sketch"}
+STATE_NODES: frozenset[type[exp.Expr]] = frozenset({exp.Struct, exp.PropertyEQ})
 # Their Spark result types, for type inference (sqlglot knows nothing of them).
 ANONYMOUS_TYPES: dict[str, str] = {
     "hll_union_agg": "BINARY", "hll_sketch_estimate": "BIGINT", "kll_merge_agg_double": "BINARY",
     "kll_sketch_get_quantile_double": "DOUBLE", "kll_sketch_get_n_double": "BIGINT",
+    "hll_sketch_agg": "BINARY", "kll_sketch_agg_double": "BINARY",
 }
 # Types a column of a read table may have (and a CAST may name); anything else (INTERVAL, VARIANT, ...) is refused.
 TYPES = frozenset({
@@ -201,13 +207,15 @@ def reads(tree: exp.Query) -> tuple[str, ...]:
 
 
 def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
-              renames: Mapping[str, str] | None = None, parameters: Mapping[int, str] | None = None) -> Translation:
+              renames: Mapping[str, str] | None = None, parameters: Mapping[int, str] | None = None,
+              states: bool = False) -> Translation:
     """`tree` (from `parse`) in DuckDB SQL. `schema`: every table it reads → its columns' Spark types, in order;
     `renames`: tables to read under another name (a view's `{table}`); `parameters`: string literals (by where they
     start in the statement, as `Shape.parameters` chose them) written as DuckDB parameters `$name` instead (a
-    ValueError when one is not found in the translation as it was written)."""
+    ValueError when one is not found in the translation as it was written); `states`: a view's state query, whose
+    sketch-building aggregates and structs are translated too (`STATE_FUNCTIONS`)."""
     tree = tree.copy()
-    _check(tree)
+    _check(tree, states)
     try:
         typed = annotate_types(qualify(tree, schema=dict(schema), dialect=DIALECT, quote_identifiers=False,
                                        validate_qualify_columns=False), schema=dict(schema), dialect=DIALECT,
@@ -232,9 +240,12 @@ def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
     return Translation(duck.sql(dialect=DUCKDB), reads(tree), sketches)
 
 
-def _check(tree: exp.Expr) -> None:
+def _check(tree: exp.Expr, states: bool = False) -> None:
     for node in tree.walk():
         kind = type(node)
+        if states and (kind in STATE_NODES or isinstance(node, exp.Anonymous) and len(node.expressions) == 1 and
+                       node.name.lower() in STATE_FUNCTIONS):
+            continue
         if kind not in ALLOWED:
             name = node.sql_name() if isinstance(node, exp.Func) else kind.__name__
             raise Untranslatable(f"`{name}`", "not translated to DuckDB with Spark's meaning")
@@ -530,6 +541,8 @@ def _anonymous(node: exp.Expr) -> exp.Expr:
         return _rounded(node.expressions[0], node.expressions[1] if len(node.expressions) > 1 else None, "round_even")
     if name in SKETCH_AGGREGATES:
         return exp.func(ANONYMOUS[name], exp.ArrayAgg(this=args[0]))  # hll_union_agg's `true`: see sketches.py
+    if name in STATE_FUNCTIONS:  # allowed by `_check` only for a state query
+        return exp.func(STATE_FUNCTIONS[name], exp.ArrayAgg(this=args[0]))
     if name == "kll_sketch_get_quantile_double" and len(args) == 2 and isinstance(args[1], exp.Array):
         return exp.func("pf_kll_quantiles", *args)
     return exp.func(ANONYMOUS[name], *args)

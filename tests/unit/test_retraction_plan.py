@@ -14,9 +14,9 @@ import pytest
 from pipeframe.compiler.maintenance import GroupKey, fill, key_range
 from pipeframe.compiler.maintenance_sql import group_keys, joined_monotonically
 from pipeframe.compiler.partials import partials
-from pipeframe.engine.commits import Commit
+from pipeframe.engine.commits import Commit, as_followed
 from pipeframe.engine.recompute import file_test, literal_bounds
-from pipeframe.engine.tables import adds_rows, as_followed
+from pipeframe.engine.tables import adds_rows
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
 from pipeframe.plan.state import desired_state

@@ -1,0 +1,172 @@
+"""The `TableStore` (engine/store.py) of Delta tables through Spark, embedded or Connect, with the local
+`_delta_log` fast paths (`deltalog` reads, `deltaappend` commits) where a table lives in a local folder.
+
+Within one refresh round (`begin_round` … `end_round`) it reads each table's recent history once until the table
+is written, and the rows of a commit range once (cached) when several views at the same watermark read them."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from pipeframe.compiler.maintenance import fill
+from pipeframe.engine import recompute, tables
+from pipeframe.engine.store import RECENT_COMMITS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipeframe.compiler.maintenance import MaintenancePlan
+    from pipeframe.engine.commits import Commit, Watermark
+    from pipeframe.engine.warehouse import Warehouse
+    from pipeframe.plan import records
+    from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+
+
+class SparkStore:
+    """Delta tables read and written by one Spark session. `direct_commit`: increments of local views are
+    appended by `deltaappend` (no Spark write job) where they fit the driver (the ingest setting)."""
+
+    def __init__(self, spark: SparkSession, warehouse: Warehouse, deployed: DeployedSnapshot,
+                 direct_commit: bool = True) -> None:
+        self.spark, self.warehouse, self.deployed, self.direct_commit = spark, warehouse, deployed, direct_commit
+        self._recent: dict[str, list[Commit]] = {}
+        self._batches: dict[tuple[str, int, int], DataFrame] = {}
+        self._readers: Counter[str] = Counter()
+        self._lock = threading.Lock()  # the caches above, shared by the refresh threads
+        self._temp_views: list[str] = []  # registered for one round (unique names: Spark Connect resolves late)
+        self._looked_up: set[str] = set()  # views whose lookup tables were registered this round
+
+    # ------------------------------------------------------------------ a round
+    def begin_round(self, views: Sequence[DeployedResource]) -> None:
+        """A refresh of `views` starts: the rows of a source's commits are cached when several of them read it."""
+        self._readers = Counter(v.state.source or "" for v in views)
+
+    def end_round(self) -> None:
+        for batch in self._batches.values():
+            batch.unpersist()
+        with self._lock:
+            self._recent, self._batches, self._readers = {}, {}, Counter()
+            names, self._temp_views, self._looked_up = self._temp_views, [], set()
+        for name in names:
+            self.spark.catalog.dropTempView(name)
+
+    # ------------------------------------------------------------------ history
+    def history(self, path: str, limit: int | None = RECENT_COMMITS) -> list[Commit]:
+        """The table's newest commits (newest first); within a round the recent ones are read once until the
+        table is written (`forget`)."""
+        if not self._readers or limit != RECENT_COMMITS:  # not inside a round: always read afresh
+            return tables.history(self.spark, path, limit)
+        with self._lock:
+            if path not in self._recent:
+                self._recent[path] = tables.history(self.spark, path, RECENT_COMMITS)
+            return self._recent[path]
+
+    def forget(self, path: str) -> None:
+        with self._lock:
+            self._recent.pop(path, None)
+
+    def commits_between(self, path: str, after: int, upto: int) -> list[Commit]:
+        return tables.commits_between(self.spark, path, after, upto)
+
+    def watermark(self, path: str) -> Watermark:
+        return tables.read_watermark(self.spark, path)
+
+    # ------------------------------------------------------------------ reads
+    def appended(self, source: DeployedResource, commits: Sequence[Commit]) -> DataFrame:
+        """Read once for the round when other views read the same commits."""
+        key = (source.path or "", commits[0].version, commits[-1].version)
+        with self._lock:
+            if key in self._batches:
+                return self._batches[key]
+            shared = self._readers[source.state.name] > 1
+            batch = tables.read_changes(self.spark, source.state, source.path or "", commits, persist=shared)
+            if shared:
+                self._batches[key] = batch
+            return batch
+
+    def change_rows(self, source: DeployedResource, commits: Sequence[Commit]) -> tuple[DataFrame, DataFrame]:
+        return tables.read_change_rows(self.spark, source.state, source.path or "", commits)
+
+    def snapshot(self, table: DeployedResource, version: int) -> DataFrame:
+        return tables.read_snapshot(self.spark, table.state, table.path or "", version, from_files=True)
+
+    def current(self, view: DeployedResource) -> DataFrame:
+        return self.spark.read.format("delta").load(view.path or "").select(*[f"`{n}`" for n, _ in view.state.columns])
+
+    # ------------------------------------------------------------------ queries
+    def run(self, view: DeployedResource, sql: str, rows: DataFrame,
+            pins: Mapping[str, DataFrame] | None = None) -> DataFrame:
+        """Each relation under a name of its own: views are refreshed at once in one session."""
+        self._register_lookups(view)
+        relation = self.register(rows, f"__pf_batch_{view.state.name}")
+        named = {name: self.register(frame, f"__pf_joined_{view.state.name}_{name}")
+                 for name, frame in (pins or {}).items()}
+        return self.spark.sql(fill(sql, relation, named))
+
+    def select(self, frame: DataFrame, expressions: Sequence[str]) -> DataFrame:
+        return frame.selectExpr(*expressions)
+
+    def union(self, first: DataFrame, second: DataFrame) -> DataFrame:
+        return first.unionByName(second)
+
+    def except_all(self, rows: DataFrame, gone: DataFrame) -> DataFrame:
+        return rows.exceptAll(gone)
+
+    def semi(self, rows: DataFrame, keys: Sequence[str], wanted: DataFrame) -> DataFrame:
+        if not keys:
+            return rows
+        right = wanted.selectExpr(*[f"`{k}` AS `__pf_key{i}`" for i, k in enumerate(keys)]).distinct()
+        condition = reduce(lambda a, b: a & b, [rows[f"`{k}`"].eqNullSafe(right[f"__pf_key{i}"])
+                                                for i, k in enumerate(keys)])
+        return rows.join(right, condition, "left_semi")
+
+    def narrowed(self, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan, touched: DataFrame,
+                 version: int, every_group_holds: bool) -> tuple[DataFrame, DataFrame | None] | None:
+        """engine/recompute.py: the touched keys come to the driver; the source's files outside their range are not
+        read. The view's keys are read from its files (to tell whether most groups were touched) only where its
+        increments are committed directly (a local view)."""
+        def snapshot(keep):
+            return tables.read_snapshot(self.spark, source.state, source.path or "", version, from_files=True,
+                                        keep=keep)
+
+        whole = self.direct_commit and every_group_holds
+        return recompute.narrowed(self.spark, plan.group_keys, touched, snapshot,
+                                  lambda: tables.held_keys(view.path or "", view.state.keys) if whole else None)
+
+    # ------------------------------------------------------------------ commits
+    def append(self, view: DeployedResource, rows: DataFrame, *,
+               metadata: records.ViewCommit | records.PopulateChunk, watermark: Mapping[str, object]) -> bool:
+        return tables.write_states(rows, view.state, view.path or "", metadata=metadata, direct=self.direct_commit,
+                                   **watermark)
+
+    def replace_groups(self, view: DeployedResource, keys: Sequence[str], touched: DataFrame, rows: DataFrame, *,
+                       metadata: records.ViewCommit, watermark: Mapping[str, object], few: bool = False) -> bool:
+        return tables.replace_groups(self.spark, view.state, view.path or "", tuple(keys), touched, rows,
+                                     metadata=metadata, direct=self.direct_commit and few, **watermark)
+
+    # ------------------------------------------------------------------ Spark's own
+    def register(self, frame: DataFrame, prefix: str) -> str:
+        """`frame` as a temporary view of its own until the round ends; its name."""
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        frame.createOrReplaceTempView(name)
+        with self._lock:
+            self._temp_views.append(name)
+        return name
+
+    def _register_lookups(self, view: DeployedResource) -> None:
+        """The tables a view's query joins besides its trigger (DIMENSIONS) must be readable by name."""
+        state = view.state
+        with self._lock:
+            if state.name in self._looked_up:
+                return
+        lookups = [r for k, r in self.deployed.items() if k in state.depends_on and r.state.name != state.source]
+        if lookups:
+            self.warehouse.register(lookups)
+        if self._readers:  # within a round: once
+            with self._lock:
+                self._looked_up.add(state.name)

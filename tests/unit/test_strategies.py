@@ -1,0 +1,184 @@
+"""View maintenance's write strategies without a JVM: which strategy a change takes (a pure decision over the
+change and the view's recorded plan), and a differential test of the whole refresh loop (`engine/refresh.py`) on
+the in-memory store (`serving/memstore.py`): random appends, deletes and updates of a source, each followed by a
+refresh, leave every view answering what one recomputation from the source answers."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipeframe.engine import strategies
+from pipeframe.engine.commits import Commit
+from pipeframe.engine.refresh import ViewRefresh, refresh_view
+from pipeframe.plan import records
+from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+from pipeframe.plan.state import desired_state
+from pipeframe.project import Project
+from pipeframe.serving.memstore import MemoryStore
+from tests.conftest import PRODUCTS, SALES, write_project
+
+VIEWS = {
+    # every state subtracts: negate (fold when views read it)
+    "sums": "SELECT product, count() AS n, sum(amount) AS total, avg(amount) AS mean FROM sales GROUP BY product",
+    # max, min and a sketch do not: the touched groups are recomputed
+    "peaks": "SELECT product, toStartOfHour(ts) AS hour, count() AS n, max(amount) AS top, min(quantity) AS low, "
+             "uniq(order_id) AS buyers FROM sales GROUP BY product, hour",
+    # no GROUP BY: a view row per source row
+    "doubled": "SELECT product, amount * 2 AS twice, quantity FROM sales WHERE amount > 1",
+    # one group, no keys
+    "overall": "SELECT sum(amount) AS total, count() AS n FROM sales",
+}
+PRODUCT_NAMES = ["apple", "pear", "fig", None]
+
+
+def pipe(name: str, sql: str) -> str:
+    body = "\n".join("    " + line for line in sql.splitlines())
+    return f"NODE agg\nSQL >\n{body}\nTYPE materialized\nDATASOURCE {name}_mv\n"
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory) -> DeployedSnapshot:
+    """The views above and `sales`, compiled and deployed (states recorded) at in-memory paths."""
+    root = write_project(tmp_path_factory.mktemp("strategies") / "proj", {
+        "datasources/sales.datasource": SALES, "datasources/products.datasource": PRODUCTS,
+        **{f"pipes/{name}.pipe": pipe(name, sql) for name, sql in VIEWS.items()}})
+    states = desired_state(Project(root).require_valid())
+    return DeployedSnapshot.of(DeployedResource(s, 1, f"mem://{s.name}") for s in states.values() if s.has_table)
+
+
+def commit(operation: str, **metrics: str) -> Commit:
+    now = datetime.now(UTC)
+    return Commit(1, now, now.timestamp(), operation, {"mode": "Append"} if operation == "WRITE" else {}, metrics)
+
+
+def change(deployed: DeployedSnapshot, view: str, operation: str, read_by_views: bool = False) -> strategies.Change:
+    found = deployed.table(f"{view}_mv")
+    metrics = {"WRITE": {"numOutputRows": "3"}, "DELETE": {"numDeletedRows": "2"},
+               "UPDATE": {"numUpdatedRows": "1"}}[operation]
+    return strategies.Change(found, deployed.table("sales"), found.state.maintenance, (commit(operation, **metrics),),
+                             {"source_version": 1, "source_path": "mem://sales", "after": 0},
+                             read_by_views=read_by_views)
+
+
+@pytest.mark.parametrize("view, operation, read_by_views, expected", [
+    ("sums", "WRITE", False, "append"), ("peaks", "WRITE", True, "append"), ("doubled", "WRITE", False, "append"),
+    ("sums", "DELETE", False, "negate"), ("overall", "UPDATE", False, "negate"),
+    ("sums", "UPDATE", True, "fold"), ("overall", "DELETE", True, "fold"),
+    ("peaks", "DELETE", False, "recompute"), ("peaks", "UPDATE", True, "recompute"),
+    ("doubled", "DELETE", False, "rows"), ("doubled", "UPDATE", True, "rows"),
+])
+def test_exactly_one_strategy_applies_to_each_change(deployed, view, operation, read_by_views, expected):
+    found = change(deployed, view, operation, read_by_views)
+    assert [s.name for s in strategies.STRATEGIES if s.applies(found)] == [expected]
+    assert strategies.choose(found).name == expected
+
+
+def test_a_delete_that_removed_no_row_is_an_append_of_nothing(deployed):
+    """A DELETE that counted no deleted row rewrote nothing: adding states (of no rows) follows it."""
+    found = change(deployed, "peaks", "DELETE")
+    found = strategies.Change(found.view, found.source, found.plan, (commit("DELETE", numDeletedRows="0"),),
+                              found.watermark)
+    assert strategies.choose(found).name == "append"
+
+
+def built(store: MemoryStore, view: DeployedResource, source: DeployedResource) -> None:
+    """The view's table made and populated from the source as of its version 0 (no rows), as deploy does."""
+    store.create(view)
+    store.append(view, store.run(view, view.state.maintenance.state_sql, store.snapshot(source, 0)),
+                 metadata=records.ViewCommit(view.state.name, path="populate"),
+                 watermark={"source_version": 0, "source_path": source.path})
+
+
+def answer(store: MemoryStore, view: DeployedResource, frame) -> list[tuple]:
+    """The view's finalized rows read from state rows `frame`, in a stable order (floats rounded to 9 digits)."""
+    rows = store.fetch(store.run(view, view.state.read_sql or "", frame))
+
+    def plain(value):
+        if isinstance(value, float):
+            return None if math.isnan(value) else round(value, 9)
+        return value
+
+    return sorted((tuple(plain(row[n]) for n, _ in view.state.columns) for row in rows), key=repr)
+
+
+def recomputed(store: MemoryStore, view: DeployedResource, source: DeployedResource) -> list[tuple]:
+    """The view's answer from one aggregation of the source as it is now."""
+    latest = store.history(source.path or "")[0].version
+    return answer(store, view, store.run(view, view.state.maintenance.state_sql, store.snapshot(source, latest)))
+
+
+def random_rows(rng: random.Random, count: int, start: datetime) -> list[dict]:
+    """Rows `sales` takes: `amount` (DEFAULT 0) is never NULL; `product` and `quantity` may be."""
+    return [{"ts": start + timedelta(minutes=rng.randrange(0, 300)), "order_id": f"o{rng.randrange(40)}",
+             "product": rng.choice(PRODUCT_NAMES), "amount": round(rng.uniform(-2, 50), 2),
+             "quantity": None if rng.random() < 0.1 else rng.randrange(-3, 20)} for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_batches_through_every_strategy_equal_one_recomputation(deployed, seed):
+    """Each seed: 30 random batches (appends of 1-25 rows, deletes by product or amount, updates of amounts and
+    products) on `sales`, each followed by a refresh of every view (`sums` both as read by no view and as read by
+    another: negate and fold); every view's answer equals the recomputation after every batch, and every strategy
+    was taken."""
+    rng = random.Random(seed)
+    store = MemoryStore()
+    source = deployed.table("sales")
+    store.create(source)
+    views = [deployed.table(f"{name}_mv") for name in VIEWS]
+    folded = DeployedResource(views[0].state, 1, "mem://sums_folded")  # the same view, read by another one
+    for view in (*views, folded):
+        built(store, view, source)
+    start = datetime(2026, 11, 1, 22, tzinfo=UTC)
+    taken: set[str] = set()
+    for step in range(30):
+        kind = rng.choices(["insert", "delete", "update"], [0.5, 0.25, 0.25])[0]
+        if kind == "insert" or step < 2:
+            store.insert(source.path, random_rows(rng, rng.randrange(1, 26), start))
+        elif kind == "delete":
+            product, floor = rng.choice(PRODUCT_NAMES), rng.uniform(0, 30)
+            store.delete(source.path, lambda row, p=product, f=floor:
+                         row["product"] == p or row["amount"] < f / 6)
+        else:
+            product, bump = rng.choice(PRODUCT_NAMES), rng.choice([-1.5, 2.25, 10.0])
+            store.update(source.path, lambda row, p=product, b=bump: None if row["product"] != p else {
+                **row, "amount": row["amount"] + b,
+                "product": rng.choice(PRODUCT_NAMES) if b > 5 else p})
+        for view in (*views, folded):
+            done = refresh_view(store, view, deployed, read_by_views=view is folded)
+            assert isinstance(done, ViewRefresh) and done.outcome == "applied", (step, kind, done)
+            taken.add(done.path or "")
+            assert answer(store, view, store.current(view)) == recomputed(store, view, source), \
+                (seed, step, kind, view.path, done.path)
+    assert taken == {"append", "negate", "fold", "recompute", "rows"}, taken
+
+
+def test_a_refresh_with_nothing_new_is_up_to_date_and_commits_nothing(deployed):
+    store = MemoryStore()
+    source, view = deployed.table("sales"), deployed.table("sums_mv")
+    store.create(source)
+    built(store, view, source)
+    store.insert(source.path, random_rows(random.Random(7), 5, datetime(2026, 11, 1, tzinfo=UTC)))
+    assert refresh_view(store, view, deployed).path == "append"
+    versions = len(store.history(view.path, None))
+    again = refresh_view(store, view, deployed)
+    assert (again.outcome, again.from_version, again.to_version) == ("up to date", 1, 1)
+    assert len(store.history(view.path, None)) == versions
+
+
+def test_a_commit_from_a_watermark_the_view_moved_past_is_skipped_as_a_replay(deployed):
+    """Two refreshers that read the same watermark: the second one's commit is skipped, as Delta's idempotent
+    write skips it, and the view's answer counts the rows once."""
+    store = MemoryStore()
+    source, view = deployed.table("sales"), deployed.table("sums_mv")
+    store.create(source)
+    built(store, view, source)
+    store.insert(source.path, random_rows(random.Random(3), 8, datetime(2026, 11, 1, tzinfo=UTC)))
+    late = strategies.Change(view, source, view.state.maintenance, tuple(store.commits_between(source.path, 0, 1)),
+                             {"source_version": 1, "source_path": source.path, "after": 0})
+    assert refresh_view(store, view, deployed).outcome == "applied"
+    assert strategies.choose(late).apply(store, late) is False
+    assert answer(store, view, store.current(view)) == recomputed(store, view, source)
