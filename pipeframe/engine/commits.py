@@ -88,6 +88,11 @@ class Commit:
         return f"{self.operation} at version {self.version} ({self.timestamp:%Y-%m-%d %H:%M:%S})"
 
 
+def watermark_app_id(view: str) -> str:
+    """Delta idempotent-write id under which a view records the last source version it applied."""
+    return f"pipeframe:{view}"
+
+
 @dataclass(frozen=True)
 class Watermark:
     """What a view has applied: the last source version, and which physical source table it came from."""

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine import tables
 from pipeframe.engine.conflicts import table_lock
-from pipeframe.engine.materialize import Materializer, apply_ttl
+from pipeframe.engine.materialize import Materializer
+from pipeframe.engine.optimize import apply_ttl
 from pipeframe.engine.warehouse import Warehouse, new_deployment_id, now
 from pipeframe.errors import PipeframeError
 from pipeframe.plan.diff import Change, Plan

@@ -1,6 +1,7 @@
-"""Keeps materialized views in step with their sources: incremental refresh (exactly the rows of new source
-commits, in graph order through cascades), populate and rebuild (pinned to a source version, chunked and
-resumable), and optimize (compaction to one state row per key, TTL, vacuum)."""
+"""Keeps materialized views in step with their sources: rounds of incremental refreshes (each view's refresh is
+engine/refresh.py's loop, under the view's lock, in graph order through cascades, its record kept: errors, stale
+reasons, pauses), populate and rebuild (pinned to a source version, chunked and resumable), and optimize
+(engine/optimize.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.maintenance import MaintenancePlan
-from pipeframe.engine import partials, refresh, tables
-from pipeframe.engine.commits import FOLLOWED_OPS, as_followed
-from pipeframe.engine.conflicts import is_cancelled, is_conflict, is_out_of_memory, retrying, table_lock, view_lock
+from pipeframe.engine import optimize, refresh, tables
+from pipeframe.engine.conflicts import is_cancelled, is_conflict, is_out_of_memory, retrying, view_lock
 from pipeframe.engine.refresh import ViewRefresh
 from pipeframe.engine.sparkstore import SparkStore
 from pipeframe.engine.warehouse import ViewRecord, Warehouse
@@ -28,7 +28,7 @@ from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot, resolve_view
 from pipeframe.plan.state import ResourceState
-from pipeframe.sqltext import first_line, quote_path, quote_string
+from pipeframe.sqltext import first_line, quote_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,8 +100,8 @@ class Materializer:
         self.spark = spark
         self.direct_commit = direct_commit  # increments of local views appended by `deltaappend` (ingest setting)
         self.warehouse = warehouse
-        self.store = SparkStore(spark, warehouse, deployed, direct_commit)
         self.on_step = on_step or (lambda _step: None)
+        self.store = SparkStore(spark, warehouse, deployed, direct_commit, on_step=self.on_step)
         self.on_progress = on_progress or (lambda _progress: None)
 
     @property
@@ -211,133 +211,15 @@ class Materializer:
             return ViewRefresh(name, "error", message=message)
 
     def _apply_increment(self, view: DeployedResource) -> ViewRefresh:
-        """Process the source commits after the view's watermark, writing states and the new watermark in one
-        Delta commit. Rewrites made in place to the source make the view stale instead."""
-        state = view.state
-        maintained(view)  # refused before anything is read
+        """One refresh of the view (engine/refresh.py); a change it cannot follow makes it stale."""
+        plan = maintained(view)  # refused before anything is read
         source = self._source_of(view)
         try:
-            watermark = refresh.watermark(self.store, view, source)
-            followed = self._follow_joined(view, source, watermark) if state.joined else ""
-            if isinstance(followed, ViewRefresh):
-                return followed
-            if followed:
-                watermark = refresh.watermark(self.store, view, source)
-            done = refresh.apply_source(self.store, view, source, maintained(view), watermark, self.deployed,
+            return refresh.refresh_view(self.store, view, source, plan, self.deployed,
                                         read_by_views=bool(self._children(view)), history_gone=tables.history_gone,
-                                        followed=followed)
+                                        on_commit=self.on_step)
         except refresh.Stale as stale:
             return self._mark_stale(view, str(stale))
-        if done.outcome == "applied" and done.to_version != done.from_version:
-            self.on_step(f"view committed {state.name}")
-        return done
-
-    def _follow_joined(self, view: DeployedResource, source: DeployedResource,
-                       watermark: tables.Watermark) -> str | ViewRefresh:
-        """Apply what changed in the tables the view joins (not its source, not dimensions) since the versions its
-        rows agree with, one commit per joined table (where no file lock guards the view, an idempotent write under
-        `pipeframe:<view>:<table>`), with the source as of the view's watermark:
-
-        - join-negate: an inner join (or FROM list) whose states can all be subtracted, read by no view: the states
-          of the source joined with the table's added rows, and negated with its removed rows, are appended; the
-          source is read as its partial states where the view's aggregates read only the source (`_partial_states`);
-        - join: otherwise the groups the change touches are recomputed with the table as of now and replace
-          their rows.
-
-        The path of the last commit made ('' when none); a ViewRefresh when the view went stale."""
-        state, recorded, committed = view.state, dict(watermark.joined), ""
-        for name in state.joined:
-            table = self.deployed.table(name)
-            if table is None or not table.path:
-                continue
-            latest = self.store.history(table.path)[0].version
-            start = recorded.get(name, -1)  # never recorded (a view built before it followed joins): all of it
-            if start >= latest:
-                continue
-            commits = as_followed(tables.commits_between(self.spark, table.path, start, latest),
-                                         state.follow_ttl)
-            unfollowed = [c for c in commits if c.rewrites_rows() and c.operation not in FOLLOWED_OPS]
-            if unfollowed:
-                return self._mark_stale(view, f"the joined table `{name}` was rewritten in a way its change feed "
-                                              f"does not describe ({unfollowed[0].describe()})")
-            if not any(c.changes_data for c in commits):
-                continue
-            pins = self._pinned(view, recorded)
-            monotonic = name in maintained(view).monotonic
-            negate = monotonic and start >= 0 and state.negate_sql and not self._children(view)
-            path = "join-negate" if negate else "join"
-            recorded[name] = latest
-            commit = {"source_version": watermark.source_version or 0, "source_path": watermark.source_path,
-                      "app_id": f"{tables.watermark_app_id(state.name)}:{name}", "txn_version": latest,
-                      "metadata": records.ViewCommit(state.name, path=path, joined=dict(recorded),
-                                                     rows=sum(c.changed_rows for c in commits))}
-            try:
-                states = self._partial_states(view, source, watermark.source_version or 0, table, commits, pins) \
-                    if path == "join-negate" else None
-                if states is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
-                    commit["metadata"] = replace(commit["metadata"], partials=True)
-                    # few state rows (the groups the changed rows' join rows fall in): brought to the driver
-                    written = tables.write_states(states, state, view.path or "", direct=self.direct_commit, **commit)
-                else:
-                    written = self._join_change(view, source, watermark.source_version or 0, name, start, commits,
-                                                pins, path, commit)
-            except Exception as exc:
-                if not tables.history_gone(exc):
-                    raise
-                return self._mark_stale(view, f"the change feed of the joined table `{name}` from version "
-                                              f"{start + 1} is no longer kept (vacuumed): {first_line(exc)}")
-            committed = path if written else committed
-            self.on_step(f"joined committed {state.name}:{name}")
-            self.store.forget(view.path or "")
-        return committed
-
-    def _join_change(self, view: DeployedResource, source: DeployedResource, version: int, name: str, start: int,
-                     commits: list[tables.Commit], pins: dict[str, DataFrame], path: str, commit: dict) -> bool:
-        """Apply a joined table's `commits` to the view from its source as of `version`, along `path` (`join-negate`
-        or `join`, `_follow_joined`); whether Delta took the commit."""
-        state, table = view.state, self.table(name)
-        added, removed = tables.read_change_rows(self.spark, table.state, table.path or "", commits)
-        rows = tables.read_snapshot(self.spark, source.state, source.path or "", version)
-        if path == "join-negate":  # a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added
-            return tables.write_states(self._signed(view, rows, rows, {**pins, name: added}, {**pins, name: removed},
-                                                    tables.adds_rows(commits)), state, view.path or "", **commit)
-        now = self._states(view, rows, {**pins, name: tables.read_snapshot(self.spark, table.state, table.path or "",
-                                                                           commits[-1].version)})
-        if name in maintained(view).monotonic:  # the groups of the changed rows' join rows
-            touched = self._states(view, rows, {**pins, name: added.unionByName(removed)})
-        else:  # an outer join, or a subquery over the table: the groups whose states differ
-            before = tables.read_snapshot(self.spark, table.state, table.path or "", start) if start >= 0 \
-                else self.spark.createDataFrame([], table.state.schema)
-            old = self._states(view, rows, {**pins, name: before})
-            touched = old.exceptAll(now).unionByName(now.exceptAll(old))
-        touched = touched.select(*[f"`{k}`" for k in state.keys])
-        return tables.replace_groups(self.spark, state, view.path or "", state.keys, touched,
-                                     self.store.semi(now, state.keys, touched), **commit)
-
-    def _partial_states(self, view: DeployedResource, source: DeployedResource, version: int,
-                        table: DeployedResource, commits: list[tables.Commit],
-                        pins: dict[str, DataFrame]) -> DataFrame | None:
-        """The view's states for `table`'s changed rows, joined with its source's partial states as of source
-        `version` (engine/partials.py); None when the view cannot use them. A query Spark refuses over them (a
-        shape the derivation let through by mistake) is logged and the view joins its source instead."""
-        name = table.state.name
-        derived = partials.derive(view, self.deployed, maintained(view))
-        signed = dict(derived.signed_sql).get(name) if derived else None
-        if derived is None or signed is None:
-            return None
-        try:
-            kept = partials.current(self.spark, self._query(view), self.warehouse.uri, source, version, derived)
-            if kept is None:
-                return None
-            self.on_step(f"partials kept {view.state.name}:{name}")
-            changed = tables.read_signed_rows(self.spark, table.state, table.path or "", commits)
-            return self._states(view, kept, {**pins, name: changed}, sql=signed)  # analysed here, run when written
-        except Exception as exc:
-            if is_cancelled(exc) or tables.history_gone(exc):
-                raise
-            log.warning("view %s: its source's partial states could not be used (%s); it joins the source instead",
-                        view.state.name, first_line(exc))
-            return None
 
     def _children(self, view: DeployedResource) -> list[DeployedResource]:
         """The views that read this view's rows."""
@@ -356,17 +238,6 @@ class Materializer:
         """The view's query (or `sql`, another query of its plan over `{table}`) over `rows` of its source (and
         `pins`: joined tables as given frames, instead of by name): the state rows (or plain rows) they make."""
         return self.store.run(view, maintained(view).state_sql if sql is None else sql, rows, pins)
-
-    def _signed(self, view: DeployedResource, added: DataFrame, removed: DataFrame, added_pins: dict[str, DataFrame],
-                removed_pins: dict[str, DataFrame], adds: bool) -> DataFrame:
-        """The states of `added` and the negated states of `removed`; only the latter when nothing was added (a
-        DELETE): the query over no rows would still cost a Spark job (0.2-0.3 s of a 0.7 s refresh)."""
-        negated = self.store.run(view, view.state.negate_sql or "", self._states(view, removed, removed_pins))
-        return self._states(view, added, added_pins).unionByName(negated) if adds else negated
-
-    def _query(self, view: DeployedResource) -> Callable[[str, DataFrame], DataFrame]:
-        """Runs SQL of the view's plan over given rows (its `{table}`, registered for this refresh)."""
-        return lambda sql, rows: self._states(view, rows, sql=sql)
 
     def _write_batch(self, view: DeployedResource, batch: DataFrame, joined: dict[str, int] | None,
                      metadata: records.ViewCommit | records.PopulateChunk, **watermark) -> bool:
@@ -543,84 +414,11 @@ class Materializer:
 
     # ---------------------------------------------------------------------------------- optimize
     def optimize(self, names: list[str] | None = None, retention_hours: float = 168.0) -> list[str]:
-        """Compact view states to one row per key, delete rows past their TTL, compact files and vacuum."""
+        """engine/optimize.py, over the deployed tables `names` (every table when None)."""
         self.warehouse.require_safe_writers()
         targets = [self.table(n) for n in names] if names else \
             [r for r in self.deployed.values() if r.state.has_table and r.path]
-        done = []
-        for resource in targets:
-            path, state = resource.path or "", resource.state
-            if state.kind == "view" and state.compact_sql:
-                self._compact(resource)
-            apply_ttl(self.spark, resource)
-            # Delta refuses to Z-order by a partition column (a plain-column ENGINE_PARTITION_KEY, e.g. `day`).
-            partition = (state.partition_key or "").strip().strip("`")
-            zkeys = [k for k in state.sorting_key if k.strip("`") != partition]
-            zorder = ", ".join(f"`{k}`" for k in zkeys) if state.partition_key and zkeys else ""
-            with table_lock(path):
-                self.spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
-            self._vacuum(path, retention_hours)
-            for kept in partials.kept(path):  # join views' partial states of this source: overwritten when folded
-                self._vacuum(kept, retention_hours)
-            done.append(state.name)
-        return done
-
-    def _compact(self, view: DeployedResource) -> None:
-        """Rewrite the state rows as one row per key, in one overwrite commit tagged as compaction.
-
-        The overwrite is computed from version V of the table but replaces the files of whatever version is
-        current when its transaction starts; state rows committed in between (a concurrent refresh) would be
-        dropped, so they are appended again right after, from the change feed. The view's watermark (a Delta
-        txn, and the userMetadata of its state commits) is untouched."""
-        path = view.path or ""
-        version = tables.latest_commit(self.spark, path).version
-        compacted = self.spark.sql((view.state.compact_sql or "").replace(
-            "{table}", f"{quote_path(path)} VERSION AS OF {version}"))
-        columns = [f"CAST(`{n}` AS {t}) AS `{n}`" for n, t in view.state.columns]
-        with table_lock(path):
-            (compacted.selectExpr(*columns).write.format("delta").mode("overwrite")
-             .option("userMetadata", records.encode(records.Compaction(view.state.name, version)))
-             .save(path))
-        latest = tables.latest_commit(self.spark, path).version
-        commits = tables.commits_between(self.spark, path, version, latest)
-        mine = next((c for c in commits if isinstance(c.metadata, records.Compaction) and
-                     c.metadata.compacted == version), None)
-        if mine is None:  # Delta made no commit: the table was empty, nothing was rewritten
-            return
-        missed = [c for c in commits if c.version < mine.version and c.changes_data]
-        if missed:
-            rows = tables.read_changes(self.spark, view.state, path, missed)
-            tables.write_states(rows, view.state, path, metadata=records.CompactionRestore(view.state.name, version))
-        self.on_step(f"compacted {view.state.name}")
-
-    def _vacuum(self, path: str, retention_hours: float) -> None:
-        check = "spark.databricks.delta.retentionDurationCheck.enabled"
-        previous = self.spark.conf.get(check, "true")
-        if retention_hours < 168:
-            self.spark.conf.set(check, "false")
-        try:
-            # LITE finds removable files from the log instead of listing the table folder (seconds, not
-            # tens of seconds); when the log no longer covers the last vacuum it refuses, and a full one runs.
-            try:
-                self.spark.sql(f"VACUUM {quote_path(path)} LITE RETAIN {float(retention_hours)} HOURS")
-            except Exception:  # noqa: BLE001
-                self.spark.sql(f"VACUUM {quote_path(path)} RETAIN {float(retention_hours)} HOURS")
-        finally:
-            self.spark.conf.set(check, previous or "true")
-
-class _SessionMetadata:
-    """Tags the commits of SQL statements (DELETE, ...) with pipeframe's userMetadata while it is entered."""
-
-    KEY = "spark.databricks.delta.commitInfo.userMetadata"
-
-    def __init__(self, spark: SparkSession, value: str) -> None:
-        self.spark, self.value = spark, value
-
-    def __enter__(self) -> None:
-        self.spark.conf.set(self.KEY, self.value)
-
-    def __exit__(self, *exc: object) -> None:
-        self.spark.conf.unset(self.KEY)
+        return optimize.optimize(self.spark, targets, retention_hours, self.on_step)
 
 
 def _held(record: ViewRecord) -> ViewRefresh | None:
@@ -633,14 +431,6 @@ def _held(record: ViewRecord) -> ViewRefresh | None:
     if record.paused:
         return ViewRefresh(name, "paused")
     return None
-
-
-def apply_ttl(spark: SparkSession, resource: DeployedResource) -> None:
-    """Delete the rows past a table's ENGINE_TTL, tagged as retention so views downstream ignore it (unless they
-    follow it: FOLLOW_TTL true, `commits.as_followed`)."""
-    if resource.path and resource.state.ttl and not tables.holds_no_rows(resource.path):  # no rows: none to delete
-        with table_lock(resource.path), _SessionMetadata(spark, records.encode(records.Retention())):
-            spark.sql(f"DELETE FROM {quote_path(resource.path)} WHERE ({resource.state.ttl}) < current_timestamp()")
 
 
 def plan_chunks(frame: DataFrame, chunk_by: str | None, chunk_rows: int, where: str) -> tuple[list[str], list[int]]:

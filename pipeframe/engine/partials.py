@@ -77,8 +77,7 @@ def _catch_up(spark: SparkSession, query: Query, path: str, source: DeployedReso
     """Bring the partial states from source version `start` to the one `record` names; False when the source
     changed in a way its change feed does not describe (or no longer keeps)."""
     # The partial states follow the source's rows as a snapshot has them: TTL deletes included.
-    commits = as_followed(tables.commits_between(spark, source.path or "", start, record.source_version),
-                                 True)
+    commits = as_followed(tables.commits_between(spark, source.path or "", start, record.source_version), True)
     if [c.version for c in commits] != list(range(start + 1, record.source_version + 1)):
         return False  # part of the history is no longer in the log (cleaned up): its changes are unknown
     if any(c.rewrites_rows() and c.operation not in FOLLOWED_OPS for c in commits):

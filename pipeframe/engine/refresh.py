@@ -1,7 +1,8 @@
-"""One view's incremental refresh from its source, as a short loop over a `TableStore`: the watermark, the source
-commits after it, the write strategy that applies to them (`engine/strategies.py`), one commit that records the
-new watermark. The materializer runs it per view (and follows joined tables and keeps records around it); the
-unit tests run it against the in-memory store."""
+"""One view's incremental refresh, as a short loop over a `TableStore` (`refresh_view`): the watermark; the commits
+of each table the view joins and follows since the version its rows agree with, one commit each (`follow_joined`);
+the source's commits after the watermark (`apply_source`); for each, the write strategy that applies
+(`engine/strategies.py`) and one commit that records where the view now is. The materializer runs it per view under
+the view's lock and keeps the view's record around it; the unit tests run it against the in-memory store."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import strategies
-from pipeframe.engine.commits import FOLLOWED_OPS, as_followed
+from pipeframe.engine.changes import Change, JoinChange
+from pipeframe.engine.commits import FOLLOWED_OPS, as_followed, watermark_app_id
 from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ class ViewRefresh:
     to_version: int | None = None
     message: str | None = None
     rows: int | None = None  # source rows applied (as the source's commits counted them)
-    path: str | None = None  # how the rows were applied: a strategy's name (engine/strategies.py), join, join-negate
+    path: str | None = None  # how the rows were applied: a strategy's name (engine/strategies.py)
     waited_ms: float | None = None  # how long the oldest commit applied had waited when the view committed
 
     @property
@@ -61,18 +63,73 @@ def watermark(store: TableStore, view: DeployedResource, source: DeployedResourc
     return found
 
 
-def refresh_view(store: TableStore, view: DeployedResource, deployed: DeployedSnapshot, *,
-                 read_by_views: bool = False) -> ViewRefresh:
-    """The whole loop for a view that joins no table it follows: its watermark, then `apply_source`."""
-    source = deployed.table(view.state.source or "")
-    if source is None or view.state.maintenance is None:
-        raise ValueError(f"view {view.state.name} has no deployed source or no maintenance plan")
-    return apply_source(store, view, source, view.state.maintenance, watermark(store, view, source), deployed,
-                        read_by_views=read_by_views)
+def refresh_view(store: TableStore, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan,
+                 deployed: DeployedSnapshot, *, read_by_views: bool = False,
+                 history_gone: Callable[[Exception], bool] = lambda _exc: False,
+                 on_commit: Callable[[str], None] = lambda _step: None) -> ViewRefresh:
+    """The whole loop for one view: its watermark, what changed in the tables it joins (`follow_joined`), then its
+    source's new commits (`apply_source`). `read_by_views`: other views read this one's rows; `history_gone`: which
+    errors mean a change feed is no longer kept (the view goes stale); `on_commit` hears each commit made ("joined
+    committed <view>:<table>", "view committed <view>"). Stale (raised) when the view cannot follow a change."""
+    found = watermark(store, view, source)
+    followed = follow_joined(store, view, source, plan, found, deployed, read_by_views=read_by_views,
+                             history_gone=history_gone, on_commit=on_commit) if view.state.joined else ""
+    if followed:
+        found = watermark(store, view, source)
+    done = apply_source(store, view, source, plan, found, deployed, read_by_views=read_by_views,
+                        history_gone=history_gone, followed=followed)
+    if done.outcome == "applied" and done.to_version != done.from_version:
+        on_commit(f"view committed {view.state.name}")
+    return done
+
+
+def follow_joined(store: TableStore, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan,
+                  watermark: Watermark, deployed: DeployedSnapshot, *, read_by_views: bool,
+                  history_gone: Callable[[Exception], bool] = lambda _exc: False,
+                  on_commit: Callable[[str], None] = lambda _step: None) -> str:
+    """Apply what changed in the tables the view joins and follows since the versions its rows agree with, one
+    commit per table (`join-negate` or `join`, engine/strategies.py), with the source as of the view's watermark;
+    where no file lock guards the view, each an idempotent write under `pipeframe:<view>:<table>`. The path of the
+    last commit made ('' when none); Stale when a table was rewritten in a way its change feed does not describe,
+    or the feed is gone."""
+    state, recorded, committed = view.state, dict(watermark.joined), ""
+    for name in state.joined:
+        table = deployed.table(name)
+        if table is None or not table.path:
+            continue
+        latest = store.history(table.path)[0].version
+        start = recorded.get(name, -1)  # never recorded (a view built before it followed joins): all of it
+        if start >= latest:
+            continue
+        commits = as_followed(store.commits_between(table.path, start, latest), state.follow_ttl)
+        unfollowed = [c for c in commits if c.rewrites_rows() and c.operation not in FOLLOWED_OPS]
+        if unfollowed:
+            raise Stale(f"the joined table `{name}` was rewritten in a way its change feed does not describe "
+                        f"({unfollowed[0].describe()})")
+        if not any(c.changes_data for c in commits):
+            continue
+        pins = pinned(store, view, deployed, recorded)
+        recorded[name] = latest
+        change = JoinChange(view, source, plan, table, tuple(commits), start, watermark.source_version or 0,
+                            {"source_version": watermark.source_version or 0, "source_path": watermark.source_path,
+                             "app_id": f"{watermark_app_id(state.name)}:{name}", "txn_version": latest},
+                            dict(recorded), pins, read_by_views)
+        strategy = strategies.choose(change)
+        try:
+            written = strategy.apply(store, change)
+        except Exception as exc:
+            if not history_gone(exc):
+                raise
+            raise Stale(f"the change feed of the joined table `{name}` from version {start + 1} is no longer kept "
+                        f"(vacuumed): {first_line(exc)}") from exc
+        committed = strategy.name if written else committed
+        on_commit(f"joined committed {state.name}:{name}")
+        store.forget(view.path or "")
+    return committed
 
 
 def apply_source(store: TableStore, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan,
-                 watermark: Watermark, deployed: DeployedSnapshot | Mapping, *, read_by_views: bool,
+                 watermark: Watermark, deployed: DeployedSnapshot, *, read_by_views: bool,
                  history_gone: Callable[[Exception], bool] = lambda _exc: False,
                  followed: str = "") -> ViewRefresh:
     """Apply `source`'s commits after the view's `watermark` (read by the caller, after following its joined
@@ -95,7 +152,7 @@ def apply_source(store: TableStore, view: DeployedResource, source: DeployedReso
         raise Stale(f"`{state.source}` was rewritten in a way its change feed does not describe "
                     f"({unfollowed[0].describe()})")
     joined = watermark.joined
-    change = strategies.Change(
+    change = Change(
         view, source, plan, tuple(commits),
         watermark={"source_version": latest.version, "source_path": source.path, "after": applied},
         joined=joined, pins=pinned(store, view, deployed, joined), read_by_views=read_by_views)
@@ -116,7 +173,7 @@ def apply_source(store: TableStore, view: DeployedResource, source: DeployedReso
                        path=strategy.name)
 
 
-def pinned(store: TableStore, view: DeployedResource, deployed: DeployedSnapshot | Mapping,
+def pinned(store: TableStore, view: DeployedResource, deployed: DeployedSnapshot,
            versions: Mapping[str, int]) -> dict:
     """The joined tables a view follows, as of the versions its rows agree with (read by name when unknown)."""
     pins = {}

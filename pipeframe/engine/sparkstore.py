@@ -6,34 +6,43 @@ is written, and the rows of a commit range once (cached) when several views at t
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.maintenance import fill
-from pipeframe.engine import recompute, tables
+from pipeframe.engine import partials, recompute, tables
+from pipeframe.engine.conflicts import is_cancelled
 from pipeframe.engine.store import RECENT_COMMITS
+from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pipeframe.compiler.maintenance import MaintenancePlan
+    from pipeframe.engine.changes import JoinChange
     from pipeframe.engine.commits import Commit, Watermark
     from pipeframe.engine.warehouse import Warehouse
     from pipeframe.plan import records
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 
 
+log = logging.getLogger("pipeframe.materialize")
+
+
 class SparkStore:
     """Delta tables read and written by one Spark session. `direct_commit`: increments of local views are
-    appended by `deltaappend` (no Spark write job) where they fit the driver (the ingest setting)."""
+    appended by `deltaappend` (no Spark write job) where they fit the driver (the ingest setting). `on_step` hears
+    the steps a crash test stops at ("partials kept <view>:<table>")."""
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, deployed: DeployedSnapshot,
-                 direct_commit: bool = True) -> None:
+                 direct_commit: bool = True, on_step: Callable[[str], None] = lambda _step: None) -> None:
         self.spark, self.warehouse, self.deployed, self.direct_commit = spark, warehouse, deployed, direct_commit
+        self.on_step = on_step
         self._recent: dict[str, list[Commit]] = {}
         self._batches: dict[tuple[str, int, int], DataFrame] = {}
         self._readers: Counter[str] = Counter()
@@ -98,6 +107,9 @@ class SparkStore:
     def current(self, view: DeployedResource) -> DataFrame:
         return self.spark.read.format("delta").load(view.path or "").select(*[f"`{n}`" for n, _ in view.state.columns])
 
+    def none(self, table: DeployedResource) -> DataFrame:
+        return self.spark.createDataFrame([], table.state.schema)
+
     # ------------------------------------------------------------------ queries
     def run(self, view: DeployedResource, sql: str, rows: DataFrame,
             pins: Mapping[str, DataFrame] | None = None) -> DataFrame:
@@ -138,11 +150,36 @@ class SparkStore:
         return recompute.narrowed(self.spark, plan.group_keys, touched, snapshot,
                                   lambda: tables.held_keys(view.path or "", view.state.keys) if whole else None)
 
+    def partial_states(self, change: JoinChange) -> DataFrame | None:
+        """engine/partials.py: the partial states of the source as of the view's watermark, kept in a table of
+        their own beside it and brought up to that version. A query Spark refuses over them (a shape the
+        derivation let through by mistake) is logged and the view joins its source instead."""
+        view, name = change.view, change.name
+        derived = partials.derive(view, self.deployed, change.plan)
+        signed = dict(derived.signed_sql).get(name) if derived else None
+        if derived is None or signed is None:
+            return None
+        try:
+            kept = partials.current(self.spark, lambda sql, rows: self.run(view, sql, rows), self.warehouse.uri,
+                                    change.source, change.source_version, derived)
+            if kept is None:
+                return None
+            self.on_step(f"partials kept {view.state.name}:{name}")
+            changed = tables.read_signed_rows(self.spark, change.table.state, change.table.path or "", change.commits)
+            return self.run(view, signed, kept, {**change.pins, name: changed})  # analysed here, run when written
+        except Exception as exc:
+            if is_cancelled(exc) or tables.history_gone(exc):
+                raise
+            log.warning("view %s: its source's partial states could not be used (%s); it joins the source instead",
+                        view.state.name, first_line(exc))
+            return None
+
     # ------------------------------------------------------------------ commits
     def append(self, view: DeployedResource, rows: DataFrame, *,
-               metadata: records.ViewCommit | records.PopulateChunk, watermark: Mapping[str, object]) -> bool:
-        return tables.write_states(rows, view.state, view.path or "", metadata=metadata, direct=self.direct_commit,
-                                   **watermark)
+               metadata: records.ViewCommit | records.PopulateChunk, watermark: Mapping[str, object],
+               few: bool = True) -> bool:
+        return tables.write_states(rows, view.state, view.path or "", metadata=metadata,
+                                   direct=self.direct_commit and few, **watermark)
 
     def replace_groups(self, view: DeployedResource, keys: Sequence[str], touched: DataFrame, rows: DataFrame, *,
                        metadata: records.ViewCommit, watermark: Mapping[str, object], few: bool = False) -> bool:

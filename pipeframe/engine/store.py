@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from pipeframe.compiler.maintenance import MaintenancePlan
+    from pipeframe.engine.changes import JoinChange
     from pipeframe.engine.commits import Commit, Watermark
     from pipeframe.plan import records
     from pipeframe.plan.snapshot import DeployedResource
@@ -57,6 +58,9 @@ class TableStore(Protocol[F]):
     def current(self, view: DeployedResource) -> F:
         """The view table's rows now, in its columns."""
 
+    def none(self, table: DeployedResource) -> F:
+        """No rows, in the table's columns."""
+
     # ------------------------------------------------------------------ queries
     def run(self, view: DeployedResource, sql: str, rows: F, pins: Mapping[str, F] | None = None) -> F:
         """`sql` (Spark SQL of the view's plan) with `{table}` read from `rows` and each `{table:<name>}` from
@@ -83,12 +87,18 @@ class TableStore(Protocol[F]):
         it and keeps the touched groups). `every_group_holds`: recomputing every group gives each untouched group
         the value the view holds, so a change touching most of them may replace all of them."""
 
+    def partial_states(self, change: JoinChange) -> F | None:
+        """The view's states for the joined table's changed rows, joined with the partial states of the view's source
+        that this store keeps (engine/partials.py), signed; None when it keeps none for the view (the caller joins
+        the source's rows instead)."""
+
     # ------------------------------------------------------------------ commits
     def append(self, view: DeployedResource, rows: F, *, metadata: records.ViewCommit | records.PopulateChunk,
-               watermark: Mapping[str, object]) -> bool:
+               watermark: Mapping[str, object], few: bool = True) -> bool:
         """Append state rows to the view in one commit recording `metadata` and the `watermark` (source_version,
-        source_path, after; empty for none); False when the commit was skipped as a replay (another refresher
-        applied the same range)."""
+        source_path, after; or a transaction of its own: app_id, txn_version; empty for none); False when the commit
+        was skipped as a replay (another refresher applied the same range). `few`: the rows are bounded by the
+        change's rows (not a join's fan-out)."""
 
     def replace_groups(self, view: DeployedResource, keys: Sequence[str], touched: F, rows: F, *,
                        metadata: records.ViewCommit, watermark: Mapping[str, object], few: bool = False) -> bool:

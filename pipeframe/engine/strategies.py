@@ -10,62 +10,23 @@ commit, through a `TableStore`: Spark and Delta, or the in-memory store of the u
 | recompute | deletes/updates; some state cannot be subtracted (min, sketches, sets) | the touched groups computed again from the source as of the new version, replacing their rows |
 | rows | deletes/updates of a view without GROUP BY | one view row less per removed source row, the added rows' rows added |
 
-Changes to the tables a view joins are applied by the materializer (`join`, `join-negate`, partial states)."""
+And for the changes of a table the view joins and follows (`JoinChange`), applied with the source as of the view's
+watermark, one commit per joined table:
+
+| strategy | applies to | what it commits |
+|---|---|---|
+| join-negate | an inner join (or FROM list) whose states can all be subtracted, read by no view | the states of the source joined with the table's added rows, and negated with its removed rows, appended (from the source's partial states where the store keeps them) |
+| join | any other | the groups the change touches recomputed with the table as of now, replacing their rows |"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pipeframe.plan import records
+from pipeframe.engine.changes import Change, JoinChange
 
 if TYPE_CHECKING:
-    from pipeframe.compiler.maintenance import MaintenancePlan
-    from pipeframe.engine.commits import Commit
     from pipeframe.engine.store import TableStore
-    from pipeframe.plan.snapshot import DeployedResource
-
-
-@dataclass(frozen=True)
-class Change:
-    """The source commits one refresh applies to one view, and what the strategies need to know around them."""
-
-    view: DeployedResource
-    source: DeployedResource
-    plan: MaintenancePlan
-    commits: tuple[Commit, ...]  # oldest first, as the view follows them (`tables.as_followed`)
-    watermark: Mapping[str, Any]  # recorded with the commit: source_version, source_path, after
-    joined: Mapping[str, int] = field(default_factory=dict)  # the joined tables' versions the view's rows agree with
-    pins: Mapping[str, Any] = field(default_factory=dict)  # those tables as of those versions (the store's frames)
-    read_by_views: bool = False  # other views read this view's rows
-
-    @property
-    def rows(self) -> int:
-        """The source rows the commits changed, as they counted them."""
-        return sum(c.changed_rows for c in self.commits)
-
-    @property
-    def rewrites(self) -> bool:
-        """Whether some commit deleted or updated rows in place (adding states no longer follows it)."""
-        return any(c.rewrites_rows() for c in self.commits)
-
-    @property
-    def adds(self) -> bool:
-        """Whether the commits may have added rows (a DELETE's change feed has only removed ones)."""
-        return any(c.operation != "DELETE" for c in self.commits if c.changes_data)
-
-    @property
-    def every_group_holds(self) -> bool:
-        """Whether recomputing every group of the view from its source gives each group the value it holds: not
-        when rows landed before it was deployed were left out (BACKFILL skip), nor when it keeps the aggregates of
-        rows a source TTL deleted (the TTL not followed)."""
-        state = self.view.state
-        return state.backfill != "skip" and (state.follow_ttl or not self.source.state.ttl)
-
-    def record(self, path: str) -> records.ViewCommit:
-        """The view commit's record for the strategy `path`."""
-        return records.ViewCommit(self.view.state.name, rows=self.rows, path=path, joined=dict(self.joined))
 
 
 class Strategy:
@@ -74,10 +35,10 @@ class Strategy:
 
     name: ClassVar[str]
 
-    def applies(self, change: Change) -> bool:
+    def applies(self, change: Any) -> bool:
         raise NotImplementedError
 
-    def apply(self, store: TableStore, change: Change) -> bool:
+    def apply(self, store: TableStore, change: Any) -> bool:
         raise NotImplementedError
 
 
@@ -100,8 +61,9 @@ class Negate(Strategy):
         return change.rewrites and bool(change.view.state.negate_sql) and not change.read_by_views
 
     def apply(self, store: TableStore, change: Change) -> bool:
-        return store.append(change.view, signed(store, change), metadata=change.record(self.name),
-                            watermark=change.watermark)
+        added, removed = store.change_rows(change.source, change.commits)
+        return store.append(change.view, signed(store, change, added, removed, change.pins, change.pins),
+                            metadata=change.record(self.name), watermark=change.watermark)
 
 
 class Fold(Strategy):
@@ -112,7 +74,8 @@ class Fold(Strategy):
 
     def apply(self, store: TableStore, change: Change) -> bool:
         state = change.view.state
-        delta = signed(store, change)
+        added, removed = store.change_rows(change.source, change.commits)
+        delta = signed(store, change, added, removed, change.pins, change.pins)
         touched = store.select(delta, [f"`{k}`" for k in state.keys])
         merged = store.union(store.semi(store.current(change.view), state.keys, touched), delta)
         replacement = store.run(change.view, state.compact_sql or "", merged)
@@ -165,24 +128,72 @@ class Rows(Strategy):
                                     metadata=change.record(self.name), watermark=change.watermark)
 
 
+class JoinNegate(Strategy):
+    name = "join-negate"
+
+    def applies(self, change: JoinChange) -> bool:
+        """a ⋈ (b − removed + added) = a ⋈ b − a ⋈ removed + a ⋈ added, where every output row a change to b alters
+        joins a changed row of b (`MaintenancePlan.monotonic`) and the view's rows agree with a known version of b."""
+        return change.name in change.plan.monotonic and change.start >= 0 and \
+            bool(change.view.state.negate_sql) and not change.read_by_views
+
+    def apply(self, store: TableStore, change: JoinChange) -> bool:
+        partial = store.partial_states(change)
+        if partial is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
+            return store.append(change.view, partial, metadata=change.record(self.name, partials=True),
+                                watermark=change.watermark)
+        added, removed = store.change_rows(change.table, change.commits)
+        rows = store.snapshot(change.source, change.source_version)
+        delta = signed(store, change, rows, rows, {**change.pins, change.name: added},
+                       {**change.pins, change.name: removed})
+        return store.append(change.view, delta, metadata=change.record(self.name), watermark=change.watermark,
+                            few=False)
+
+
+class Join(Strategy):
+    name = "join"
+
+    def applies(self, change: JoinChange) -> bool:
+        return not JoinNegate().applies(change)
+
+    def apply(self, store: TableStore, change: JoinChange) -> bool:
+        """The groups of the changed rows' join rows where the join is monotonic (`JoinNegate.applies`); else (an
+        outer join, a subquery over the table) the groups whose states differ between before and now."""
+        view, name, keys = change.view, change.name, change.view.state.keys
+        added, removed = store.change_rows(change.table, change.commits)
+        rows = store.snapshot(change.source, change.source_version)
+        now = states(store, change, rows, {**change.pins, name: store.snapshot(change.table, change.commits[-1].version)})
+        if name in change.plan.monotonic:
+            touched = states(store, change, rows, {**change.pins, name: store.union(added, removed)})
+        else:
+            before = store.snapshot(change.table, change.start) if change.start >= 0 else store.none(change.table)
+            old = states(store, change, rows, {**change.pins, name: before})
+            touched = store.union(store.except_all(old, now), store.except_all(now, old))
+        touched = store.select(touched, [f"`{k}`" for k in keys])
+        return store.replace_groups(view, keys, touched, store.semi(now, keys, touched),
+                                    metadata=change.record(self.name), watermark=change.watermark)
+
+
 # In the order they are tried: exactly one applies to any change (tests/unit/test_strategies.py).
 STRATEGIES: tuple[Strategy, ...] = (Append(), Negate(), Fold(), Recompute(), Rows())
+JOIN_STRATEGIES: tuple[Strategy, ...] = (JoinNegate(), Join())
 
 
-def choose(change: Change) -> Strategy:
+def choose(change: Change | JoinChange) -> Strategy:
     """The strategy that applies to `change`."""
-    return next(s for s in STRATEGIES if s.applies(change))
+    listed = JOIN_STRATEGIES if isinstance(change, JoinChange) else STRATEGIES
+    return next(s for s in listed if s.applies(change))
 
 
-def states(store: TableStore, change: Change, rows: Any, pins: Mapping[str, Any] | None = None) -> Any:
+def states(store: TableStore, change: Change | JoinChange, rows: Any, pins: Mapping[str, Any] | None = None) -> Any:
     """The view's state rows (or plain rows) made from source `rows`, its joined tables as pinned."""
     return store.run(change.view, change.plan.state_sql, rows, change.pins if pins is None else pins)
 
 
-def signed(store: TableStore, change: Change) -> Any:
-    """The states of the added rows and the negated states of the removed ones; only the latter when nothing was
-    added (a DELETE): the query over no rows would still cost the store a job."""
-    added, removed = store.change_rows(change.source, change.commits)
-    negated = store.run(change.view, change.view.state.negate_sql or "", states(store, change, removed), {})
-    return store.union(states(store, change, added), negated) if change.adds else negated
+def signed(store: TableStore, change: Change | JoinChange, added: Any, removed: Any, added_pins: Mapping[str, Any],
+           removed_pins: Mapping[str, Any]) -> Any:
+    """The states of `added` and the negated states of `removed`; only the latter when nothing was added (a
+    DELETE): the query over no rows would still cost the store a job."""
+    negated = store.run(change.view, change.view.state.negate_sql or "", states(store, change, removed, removed_pins))
+    return store.union(states(store, change, added, added_pins), negated) if change.adds else negated
 

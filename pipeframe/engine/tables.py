@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import deltaappend, deltalog
-from pipeframe.engine.commits import Commit, Watermark, watermark_of
+from pipeframe.engine.commits import Commit, Watermark, watermark_app_id, watermark_of
 from pipeframe.engine.conflicts import local_folder, table_lock
 from pipeframe.engine.warehouse import IO
 from pipeframe.plan import records
@@ -52,11 +52,6 @@ _CHECKPOINTS_GUARD = threading.Lock()
 CHECKPOINT_SECONDS = 10.0
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ViewRecord = records.ViewCommit | records.PopulateChunk | records.CompactionRestore  # made by write_states
-
-
-def watermark_app_id(view: str) -> str:
-    """Delta idempotent-write id under which a view records the last source version it applied."""
-    return f"pipeframe:{view}"
 
 
 class NeedsSpark(Exception):

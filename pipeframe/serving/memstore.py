@@ -31,6 +31,7 @@ from pipeframe.serving.types import duckdb_type, spark_type
 
 if TYPE_CHECKING:
     from pipeframe.compiler.maintenance import MaintenancePlan
+    from pipeframe.engine.changes import JoinChange
     from pipeframe.plan.snapshot import DeployedResource
     from pipeframe.plan.state import ResourceState
 
@@ -60,6 +61,7 @@ class MemoryStore:
         sketches.register(self._db)
         self._lock = threading.RLock()
         self._tables: dict[str, list[_Version]] = {}
+        self._txns: dict[str, dict[str, int]] = {}  # per table: each idempotent writer's last transaction version
         self._names = itertools.count()
 
     # ------------------------------------------------------------------ tables (the tests' writers)
@@ -126,6 +128,9 @@ class MemoryStore:
     def current(self, view: DeployedResource) -> Frame:
         return self._latest(view.path or "").rows
 
+    def none(self, table: DeployedResource) -> Frame:
+        return self._frame(table.state.columns, [])
+
     # ------------------------------------------------------------------ TableStore: queries
     def run(self, view: DeployedResource, sql: str, rows: Frame, pins: Mapping[str, Frame] | None = None) -> Frame:
         pins = pins or {}
@@ -154,9 +159,12 @@ class MemoryStore:
                  version: int, every_group_holds: bool) -> tuple[Frame, Frame | None] | None:
         return None  # the whole source is small: aggregated, and the touched groups kept
 
+    def partial_states(self, change: JoinChange) -> Frame | None:
+        return None  # none kept: the view joins its source's rows
+
     # ------------------------------------------------------------------ TableStore: commits
     def append(self, view: DeployedResource, rows: Frame, *, metadata: records.ViewCommit | records.PopulateChunk,
-               watermark: Mapping[str, object]) -> bool:
+               watermark: Mapping[str, object], few: bool = True) -> bool:
         path = view.path or ""
         info = self._record(view.state, path, metadata, watermark)
         if info is None:
@@ -189,9 +197,16 @@ class MemoryStore:
     # ------------------------------------------------------------------ inside
     def _record(self, state: ResourceState, path: str, metadata: records.ViewCommit | records.PopulateChunk,
                 watermark: Mapping[str, object]) -> records.ViewCommit | records.PopulateChunk | None:
-        """The commit's record with its watermark; None when Delta's idempotent write would skip it (the view has
-        recorded a watermark past the one the commit started from)."""
+        """The commit's record with its watermark; None when Delta's idempotent write would skip it: the view has
+        recorded a watermark past the one the commit started from (`after`), or its transaction (`app_id`) has a
+        version at least `txn_version`."""
         info = replace(metadata, commit=uuid.uuid4().hex)
+        app_id, version = watermark.get("app_id"), watermark.get("txn_version")
+        if app_id is not None:
+            done = self._txns.setdefault(path, {})
+            if done.get(str(app_id), -1) >= int(version):  # type: ignore[call-overload]
+                return None
+            done[str(app_id)] = int(version)  # type: ignore[call-overload]
         if watermark.get("source_version") is None:
             return info
         after = watermark.get("after")
