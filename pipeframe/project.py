@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.plan import records
     from pipeframe.plan.diff import Change, Plan
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
+    from pipeframe.runtime import Runtime
     from pipeframe.serving.reader import Reader
 
 
@@ -115,6 +116,9 @@ class Project:
         reader = self.__dict__.get("reader")
         if reader is not None and fresh.config.warehouse_uri.rstrip("/") == reader.uri:
             fresh.__dict__["reader"] = reader  # its file and answer caches stay warm across saves
+        runtime = self.__dict__.get("runtime")
+        if runtime is not None and fresh.__dict__.get("warehouse") is warehouse:
+            fresh.__dict__["runtime"] = runtime  # one committer and materializer per process, whatever is compiled
         return fresh
 
     @cached_property
@@ -432,11 +436,16 @@ class Project:
         return self._ingest(name, data, format, "append", None, on_step, key=idempotency_key, views=views)
 
     @cached_property
+    def runtime(self) -> Runtime:
+        """This process's committer, continuous materializer and background jobs (`pipeframe.runtime`)."""
+        from pipeframe.runtime import Runtime
+
+        return Runtime(self)
+
+    @property
     def committer(self) -> GroupCommitter:
         """The group commits of this project's appends of rows held in memory (see `engine.groupcommit`)."""
-        from pipeframe.engine.groupcommit import GroupCommitter
-
-        return GroupCommitter(self.spark, self.warehouse, self.landing_target, self.config.ingest)
+        return self.runtime.committer
 
     def landing_target(self, name: str) -> tuple[DeployedResource, Datasource]:
         """A landing datasource's deployed table and its definition (as its file defines it), for writing rows."""
@@ -561,32 +570,9 @@ class Project:
 
     def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
                on_error: Callable[[Exception], None] | None = None) -> None:
-        """Keep every view in step with its sources until `stop` is set (`pipeframe refresh --follow`): the
-        continuous materializer's rounds, run in this thread, every `ingest.poll_ms`. Deploys made meanwhile by
-        other processes are followed; a round that fails is reported to `on_error` and the next one tries again."""
-        from pipeframe.engine.continuous import ContinuousMaterializer
-
-        seen = [self.deployed_version()]
-
-        def current() -> Materializer:
-            version = self.deployed_version()
-            if version != seen[0]:
-                seen[0] = version
-                self.warehouse.snapshot(fresh=True)
-            return self.materializer()
-
-        loop = ContinuousMaterializer(current, self.config.ingest.poll_ms)
-        while not stop.is_set():
-            try:
-                results = loop.run_round()
-            except Exception as exc:  # e.g. a table dropped by a deploy under way: the next round tries again
-                if on_error is None:
-                    raise
-                on_error(exc)
-                results = []
-            if on_round is not None and results:
-                on_round(results)
-            stop.wait(loop.poll)
+        """Keep every view in step with its sources until `stop` is set (`pipeframe refresh --follow`; see
+        `Runtime.follow`)."""
+        self.runtime.follow(stop, on_round, on_error)
 
     def populate(self, pipe: str, truncate: bool = False, where: str | None = None, chunk_by: str | None = None,
                  chunk_rows: int | None = None, on_progress: Callable[[BackfillProgress], None] | None = None,

@@ -110,8 +110,7 @@ class RunningServer:
         the answers of the requests in flight are sent (uvicorn waits for open connections, up to
         GRACEFUL_SECONDS; the wait for `finished` allows for that)."""
         self.service.stopping.set()
-        for job in reversed(self.service.jobs):
-            job.stop()
+        self.service.runtime.stop()
         self.server.should_exit = True
         self.finished.wait(GRACEFUL_SECONDS + 5)
 
@@ -143,8 +142,7 @@ def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) ->
         time.sleep(0.02)
     bound = server.servers[0].sockets[0].getsockname()[1]
     running = RunningServer(service, server, finished, host, bound)
-    for job in service.jobs:
-        job.start(service)
+    service.runtime.start(service)
     return running
 
 

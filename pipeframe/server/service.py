@@ -11,18 +11,18 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine.conflicts import local_folder
 from pipeframe.errors import PipeframeError
+from pipeframe.runtime import Job as BackgroundJob
 from pipeframe.server import auth
 
 if TYPE_CHECKING:
     from pipeframe.compiler.compile import CompiledPipe
     from pipeframe.datafiles.model import TokenScope
     from pipeframe.endpoints import EndpointResult, Endpoints
-    from pipeframe.engine.groupcommit import GroupCommitter
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.engine.materialize import ViewRefresh
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -42,28 +42,6 @@ VANISHED = ("DELTA_TABLE_NOT_FOUND", "DELTA_PATH_DOES_NOT_EXIST", "PATH_NOT_FOUN
 TABLE_PATH = re.compile(r"/tables/([^/\s]+)/v\d+")  # Warehouse.table_path: which resource a path belongs to
 
 
-class BackgroundJob(Protocol):
-    """Work that runs beside the server (e.g. COPY_SCHEDULE crons): started once it listens, stopped before it
-    stops."""
-
-    def start(self, service: Service) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-class _Flush:
-    """Stops the group committer with the server: the requests waiting are committed first."""
-
-    def __init__(self, committer: GroupCommitter) -> None:
-        self.committer = committer
-
-    def start(self, service: Service) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.committer.stop()
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """One compiled + deployed project and its endpoints; a request uses one snapshot from start to end."""
@@ -77,17 +55,13 @@ class Service:
     Endpoints, the token rules, and a lock that serializes writes (events, pause/resume, delete) and reloads."""
 
     def __init__(self, project: Project, jobs: Iterable[BackgroundJob] = ()) -> None:
-        from pipeframe.engine.continuous import ContinuousMaterializer
-        from pipeframe.engine.groupcommit import GroupCommitter
-
         self.lock = threading.RLock()
         self.stopping = threading.Event()  # set on SIGINT/SIGTERM: new API requests are refused (503 PF819)
-        # Views follow their sources in the background; events are group-committed and wake it.
-        self.materializer = ContinuousMaterializer(lambda: self.project.materializer(),
-                                                   project.config.ingest.poll_ms)
-        self.committer = GroupCommitter(project.spark, project.warehouse, lambda name: self.project.landing_target(name),
-                                        project.config.ingest, on_commit=self.materializer.committed)
-        self.jobs: list[BackgroundJob] = [self.materializer, *jobs, _Flush(self.committer)]
+        # The process's runtime (pipeframe/runtime.py) works for the project served: views follow their sources in
+        # the background; events are group-committed and wake it.
+        self.runtime = project.runtime
+        self.runtime.serve(lambda: self.project, jobs)
+        self.materializer, self.committer = self.runtime.materializer, self.runtime.committer
         self.current: Snapshot
         self._following = threading.Lock()
         self._seen = -1  # the state store's version the current snapshot was read at

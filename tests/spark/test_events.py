@@ -143,6 +143,29 @@ def test_a_retried_request_lands_once_also_after_a_restart(project: Project, ser
     assert source_rows(project, "k1") == 3 and view_orders(project, "k1") == 3
 
 
+def test_one_runtime_per_process_across_reloads_and_servers(project: Project):
+    """A project's appends and the server that serves it share one runtime (one group committer, one continuous
+    materializer), kept across the project's reloads; once a server stopped, the process's next appends and its
+    next server start afresh instead of finding a stopped committer."""
+    fresh = Project(project.root, spark=project.spark, environ={})
+    first = start_server(Service(fresh), "127.0.0.1", 0)
+    try:
+        assert first.service.runtime is fresh.runtime is fresh.reload().runtime
+        assert first.service.committer is fresh.committer
+        assert post(first.url, rows("r1", 2), wait=True).status_code == 200
+    finally:
+        first.stop()
+    assert fresh.append("events", rows("r1", 1)).accepted == 1  # not "the server is stopping"
+    second = start_server(Service(fresh), "127.0.0.1", 0)
+    try:
+        assert second.service.committer is fresh.committer is not first.service.committer
+        waited = post(second.url, rows("r1", 3), wait=True)
+        assert waited.status_code == 200 and {v["outcome"] for v in waited.json()["views"]} == {"applied"}
+    finally:
+        second.stop()
+    assert source_rows(project, "r1") == 6 and view_orders(project, "r1") == 6
+
+
 def test_the_python_api_keys_files_too(project: Project, tmp_path):
     data = tmp_path / "batch.ndjson"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows("f1", 3)))

@@ -1,0 +1,117 @@
+"""The long-running parts of one pipeframe process, built in one place (`Runtime`): the group committer that appends
+and the events API share, the continuous materializer each commit wakes, and the background jobs beside them
+(COPY_SCHEDULE crons). A `Project` has one (`Project.runtime`), kept across the project's reloads; `serve` and `dev`
+serve with it (`server.Service`), `pipeframe refresh --follow` runs its rounds in the calling thread (`follow`).
+
+One shutdown path (`stop`): the committer commits what it holds and answers its waiters, the jobs stop, then the
+materializer, after the round under way."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pipeframe.engine.continuous import ContinuousMaterializer
+    from pipeframe.engine.groupcommit import GroupCommitter
+    from pipeframe.engine.materialize import Materializer, ViewRefresh
+
+
+class Project(Protocol):
+    """What the runtime asks of the project it works for (`pipeframe.project.Project`, which builds it)."""
+
+    config: Any
+    spark: Any
+    warehouse: Any
+
+    def materializer(self) -> Materializer: ...
+
+    def landing_target(self, name: str) -> Any: ...
+
+    def deployed_version(self) -> int: ...
+
+
+class Job(Protocol):
+    """Work that runs beside the runtime (e.g. COPY_SCHEDULE crons): started with it, stopped before it stops.
+    `start` is given the server's Service when there is one (its project and write lock), else None."""
+
+    def start(self, service: Any) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Runtime:
+    """The committer, the materializer it wakes and the jobs of one process. `current()` gives the project they
+    work for now: the one that built the runtime, until a server serves another (`serve`: the dev loop swaps in a
+    new one after each deploy, a deploy made elsewhere is followed)."""
+
+    def __init__(self, project: Project) -> None:
+        self.current: Callable[[], Project] = lambda: project
+        self.jobs: list[Job] = []
+        self._build(project)
+
+    def _build(self, project: Project) -> None:
+        from pipeframe.engine.continuous import ContinuousMaterializer
+        from pipeframe.engine.groupcommit import GroupCommitter
+
+        self.materializer: ContinuousMaterializer = ContinuousMaterializer(lambda: self.current().materializer(),
+                                                                           project.config.ingest.poll_ms)
+        self.committer: GroupCommitter = GroupCommitter(
+            project.spark, project.warehouse, lambda name: self.current().landing_target(name),
+            project.config.ingest, on_commit=self.materializer.committed)
+
+    def serve(self, current: Callable[[], Project], jobs: Iterable[Job] = ()) -> None:
+        """Work for the project `current()` gives from now on (a server's), with `jobs` beside it."""
+        self.current, self.jobs = current, list(jobs)
+
+    def start(self, service: Any = None) -> None:
+        """Start the materializer, then the jobs."""
+        for job in self._order():
+            job.start(service)
+
+    def stop(self) -> None:
+        """The one shutdown path: what the committer holds is committed and its waiters answered (a request whose
+        rows were committed is answered as committed), the jobs stop, then the materializer after its round."""
+        for job in reversed(self._order()):
+            job.stop()
+        self._build(self.current())  # stopped for good: a later server or append of this process starts afresh
+
+    def _order(self) -> list[Job]:
+        return [self.materializer, *self.jobs, _Flush(self.committer)]
+
+    def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
+               on_error: Callable[[Exception], None] | None = None) -> None:
+        """Keep every view in step with its sources until `stop` is set (`pipeframe refresh --follow`): the
+        materializer's rounds, run in this thread, every `ingest.poll_ms`. Deploys made meanwhile by other processes
+        are followed; a round that fails is reported to `on_error` and the next one tries again."""
+        project = self.current()
+        seen = project.deployed_version()
+        while not stop.is_set():
+            try:
+                version = project.deployed_version()
+                if version != seen:
+                    seen = version
+                    project.warehouse.snapshot(fresh=True)
+                results = self.materializer.run_round()
+            except Exception as exc:  # e.g. a table dropped by a deploy under way: the next round tries again
+                if on_error is None:
+                    raise
+                on_error(exc)
+                results = []
+            if on_round is not None and results:
+                on_round(results)
+            stop.wait(self.materializer.poll)
+
+
+class _Flush:
+    """Stops the group committer with the runtime: the requests waiting are committed first."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self.committer = committer
+
+    def start(self, service: Any) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.committer.stop()
