@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 SIGN = "__pf_sign"  # on a changed table's rows: 1 added, -1 removed
+CHANGED = "__pf_changed"  # the changed source rows `MaintenancePlan.keys_duckdb` reads
 _NAMED = re.compile(r"\{table:([^{}]+)\}")
 # A truncation unit → (the interval from a key to the next one, the slack added past it for a timestamp column: a
 # local day or hour can be longer than its interval where the clocks change; the range is a superset, never exact).
@@ -64,6 +65,10 @@ class MaintenancePlan:
     # Every group key of an aggregated view as a value of a source row (`GroupKey`), in the order of the view's
     # keys; () when one is not (a key from a joined table, an aggregate over a subquery that groups or limits).
     group_keys: tuple[GroupKey, ...] = ()
+    # The distinct group keys of changed source rows (the relation CHANGED) in DuckDB's SQL, as the read path translates
+    # Spark's (serving/translate.py): a recompute finds the touched groups from the change feed's files without a
+    # Spark job (engine/sparkstore.py). None without group keys, or where a key's expression has no translation.
+    keys_duckdb: str | None = None
 
 
 def fill(sql: str, table: str, named: Mapping[str, str]) -> str:

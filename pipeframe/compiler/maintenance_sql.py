@@ -15,7 +15,7 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from pipeframe.compiler.dialect import DIALECT
-from pipeframe.compiler.maintenance import RANGE_TYPES, UNITS, GroupKey, MaintenancePlan
+from pipeframe.compiler.maintenance import CHANGED, RANGE_TYPES, UNITS, GroupKey, MaintenancePlan
 from pipeframe.compiler.partials import partials
 from pipeframe.compiler.sql import rename_tables, to_sql
 from pipeframe.compiler.viewplan import BATCH_RELATION
@@ -35,9 +35,24 @@ def maintenance_plan(state_sql: str, compact_sql: str | None, negate_sql: str | 
     if derived is not None:
         derived = replace(derived, sql=placeholders(derived.sql, ()),
                           signed_sql=tuple((name, placeholders(sql, joined)) for name, sql in derived.signed_sql))
+    found = group_keys(state_sql, keys, source_columns, other_columns)
     return MaintenancePlan(placeholders(state_sql, joined),
                            tuple(name for name in joined if joined_monotonically(state_sql, name)), derived,
-                           group_keys(state_sql, keys, source_columns, other_columns))
+                           found, keys_duckdb(found, source_columns))
+
+
+def keys_duckdb(keys: Sequence[GroupKey], source_columns: Sequence[tuple[str, str]]) -> str | None:
+    """`MaintenancePlan.keys_duckdb`: SELECT DISTINCT of every key's value over the changed source rows (CHANGED),
+    in DuckDB's SQL as the read path translates Spark's; None without keys or where the translation refuses one."""
+    from pipeframe.serving.translate import Untranslatable, parse, translate
+
+    if not keys:
+        return None
+    spark_sql = f"SELECT DISTINCT {', '.join(f'{k.sql} AS `{k.name}`' for k in keys)} FROM {CHANGED}"
+    try:
+        return translate(parse(spark_sql), {CHANGED: dict(source_columns)}).sql
+    except (Untranslatable, SqlglotError, ValueError):
+        return None
 
 
 def group_keys(sql: str, keys: Sequence[str], source_columns: Sequence[tuple[str, str]],

@@ -28,7 +28,7 @@ from pipeframe.compiler.maintenance import GroupKey, key_range
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 NARROW_GROUPS = 10_000  # touched groups brought to the driver to narrow the source by; more: the whole source
 WIDE_SHARE = 0.5  # of a view's groups touched: every group is recomputed from the whole source, without narrowing
@@ -42,28 +42,27 @@ SLACK = DAY  # local time against the UTC of file statistics, and clock changes;
 Snapshot = Callable[[Callable[[dict], bool] | None], "DataFrame"]  # the source's rows, of the files a test keeps
 
 
-def narrowed(spark: SparkSession, group_keys: tuple[GroupKey, ...], touched: DataFrame, snapshot: Snapshot,
-             held: Callable[[], pa.Table | None]) -> tuple[DataFrame, DataFrame | None] | None:
+def narrowed(group_keys: tuple[GroupKey, ...], keys: pa.Table, frame_of: Callable[[pa.Table], DataFrame],
+             snapshot: Snapshot, held: Callable[[], pa.Table | None]) -> tuple[DataFrame, DataFrame | None] | None:
     """(the keys of the groups to replace, as a relation of their own; the source rows their new states are made
     of, None for all of them), or None when the source cannot be narrowed: no group keys in the plan, or more than
     NARROW_GROUPS groups touched.
 
-    `snapshot(test)`: the source's rows as of the version recomputed, read only from the data files `test` keeps
-    (where it can tell them apart). `held()`: the distinct keys the view holds, where they are cheap to know (None
-    otherwise); when the change touched at least WIDE_SHARE of them, every group is replaced."""
+    `keys`: the distinct keys of the touched groups (at most NARROW_GROUPS + 1 of them), brought to the driver;
+    `frame_of(keys)`: such keys as a Spark relation of the view's key columns. `snapshot(test)`: the source's rows
+    as of the version recomputed, read only from the data files `test` keeps (where it can tell them apart).
+    `held()`: the distinct keys the view holds, where they are cheap to know (None otherwise); when the change
+    touched at least WIDE_SHARE of them, every group is replaced."""
     from pyspark.sql import functions as F
 
-    if not group_keys:
-        return None
-    keys = touched.distinct().limit(NARROW_GROUPS + 1).toArrow()
-    if keys.num_rows > NARROW_GROUPS:
+    if not group_keys or keys.num_rows > NARROW_GROUPS:
         return None
     if keys.num_rows == 0:
-        return spark.createDataFrame(keys, schema=touched.schema), snapshot(lambda _add: False).limit(0)
+        return frame_of(keys), snapshot(lambda _add: False).limit(0)
     every = _every_group(keys, held())
     if every is not None:
-        return spark.createDataFrame(every, schema=touched.schema), None
-    wanted = spark.createDataFrame(keys, schema=touched.schema)
+        return frame_of(every), None
+    wanted = frame_of(keys)
     ranges = [r for key in group_keys if (r := _range(key, keys.column(key.name))) is not None]
     rows = snapshot(file_test(group_keys, keys))
     rows = rows.where(" AND ".join(f"({r})" for r in ranges)) if ranges else rows

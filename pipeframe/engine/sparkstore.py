@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING
 
 from pipeframe.compiler.maintenance import fill
 from pipeframe.engine import partials, recompute, tables
-from pipeframe.engine.conflicts import is_cancelled
+from pipeframe.engine.conflicts import is_cancelled, local_folder
 from pipeframe.engine.store import RECENT_COMMITS
 from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from pipeframe.compiler.maintenance import MaintenancePlan
-    from pipeframe.engine.changes import JoinChange
+    from pipeframe.engine.changes import Change, JoinChange
     from pipeframe.engine.commits import Commit, Watermark
     from pipeframe.engine.warehouse import Warehouse
     from pipeframe.plan import records
@@ -137,17 +137,35 @@ class SparkStore:
                                                 for i, k in enumerate(keys)])
         return rows.join(right, condition, "left_semi")
 
-    def narrowed(self, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan, touched: DataFrame,
-                 version: int, every_group_holds: bool) -> tuple[DataFrame, DataFrame | None] | None:
-        """engine/recompute.py: the touched keys come to the driver; the source's files outside their range are not
-        read. The view's keys are read from its files (to tell whether most groups were touched) only where its
+    def narrowed(self, change: Change, version: int) -> tuple[DataFrame, DataFrame | None] | None:
+        """engine/recompute.py: the touched keys come to the driver (from the change feed's files by delta-rs and
+        DuckDB where `changed_keys` can, else by a Spark job); the source's files outside their range are not read.
+        The view's keys are read from its files (to tell whether most groups were touched) only where its
         increments are committed directly (a local view)."""
+        view, source, plan = change.view, change.source, change.plan
+        types = dict(view.state.columns)
+        schema = ", ".join(f"`{k.name}` {types[k.name]}" for k in plan.group_keys)
+        keys = changed_keys(self.spark, change, recompute.NARROW_GROUPS + 1)
+        if keys is not None:
+            def frame_of(found: pa.Table) -> DataFrame:
+                if found.num_rows == 0:
+                    return self.spark.createDataFrame([], schema)
+                return self.spark.createDataFrame(found).selectExpr(
+                    *[f"CAST(`{k.name}` AS {types[k.name]}) AS `{k.name}`" for k in plan.group_keys])
+        else:
+            added, removed = self.change_rows(source, change.commits)
+            touched = self.union(added, removed).selectExpr(*[f"{k.sql} AS `{k.name}`" for k in plan.group_keys])
+            keys = touched.distinct().limit(recompute.NARROW_GROUPS + 1).toArrow()
+
+            def frame_of(found: pa.Table) -> DataFrame:
+                return self.spark.createDataFrame(found, schema=touched.schema)
+
         def snapshot(keep):
             return tables.read_snapshot(self.spark, source.state, source.path or "", version, from_files=True,
                                         keep=keep)
 
-        whole = self.direct_commit and every_group_holds
-        return recompute.narrowed(self.spark, plan.group_keys, touched, snapshot,
+        whole = self.direct_commit and change.every_group_holds
+        return recompute.narrowed(plan.group_keys, keys, frame_of, snapshot,
                                   lambda: tables.held_keys(view.path or "", view.state.keys) if whole else None)
 
     def partial_states(self, change: JoinChange) -> DataFrame | None:
@@ -207,3 +225,38 @@ class SparkStore:
         if self._readers:  # within a round: once
             with self._lock:
                 self._looked_up.add(state.name)
+
+
+def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | None:
+    """The distinct group keys of the rows `change`'s commits changed in a local source (at most `limit` of them),
+    without a Spark job: the change data feed read by delta-rs (`DeltaTable.load_cdf`: the change files Delta wrote,
+    the rows of files a commit added or removed whole) and the plan's `keys_duckdb` run by DuckDB over it. None
+    where that cannot answer as Spark would: no such query in the plan (a key DuckDB does not translate, a plan
+    recorded before it), a source elsewhere than a local folder, a session time zone other than UTC (the
+    translation computes in UTC), a reader that fails (a table feature delta-rs lacks)."""
+    from pipeframe.compiler.maintenance import CHANGED
+
+    sql = change.plan.keys_duckdb
+    folder = local_folder(change.source.path or "")
+    zone = (spark.conf.get("spark.sql.session.timeZone") or "").upper()
+    if sql is None or folder is None or zone not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
+        return None
+    versions = sorted(c.version for c in change.commits if c.changes_data)
+    if not versions:
+        return None
+    columns = ", ".join(f'"{name}"' for name, _ in change.source.state.columns)
+    try:
+        import duckdb
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        feed = pa.table(DeltaTable(folder).load_cdf(starting_version=versions[0], ending_version=versions[-1]))
+        with duckdb.connect() as db:
+            db.execute("SET TimeZone = 'UTC'")
+            db.register("__pf_feed", feed)
+            db.execute(f"CREATE VIEW {CHANGED} AS SELECT {columns} FROM __pf_feed "
+                       f"WHERE _commit_version IN ({', '.join(map(str, versions))})")  # neutral commits left out
+            return db.sql(f"{sql} LIMIT {int(limit)}").to_arrow_table()
+    except Exception as exc:  # noqa: BLE001 — the Spark job answers instead
+        log.info("touched keys of %s read by Spark: %s", change.view.state.name, first_line(exc))
+        return None

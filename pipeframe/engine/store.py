@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from pipeframe.compiler.maintenance import MaintenancePlan
-    from pipeframe.engine.changes import JoinChange
+    from pipeframe.engine.changes import Change, JoinChange
     from pipeframe.engine.commits import Commit, Watermark
     from pipeframe.plan import records
     from pipeframe.plan.snapshot import DeployedResource
@@ -79,13 +78,11 @@ class TableStore(Protocol[F]):
         """The rows of `rows` whose `keys` equal (NULL matching NULL) those of a row of `wanted`; all of them
         without keys (a global aggregate is one group)."""
 
-    def narrowed(self, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan, touched: F,
-                 version: int, every_group_holds: bool) -> tuple[F, F | None] | None:
-        """For recomputing the groups `touched` (their keys, as `plan.group_keys` compute them from source rows):
-        (the keys to replace, the source rows as of `version` whose states replace them; None for all of them:
-        every group is replaced), or None when this store cannot narrow the source (the caller aggregates all of
-        it and keeps the touched groups). `every_group_holds`: recomputing every group gives each untouched group
-        the value the view holds, so a change touching most of them may replace all of them."""
+    def narrowed(self, change: Change, version: int) -> tuple[F, F | None] | None:
+        """For recomputing the groups `change` touched (their keys computed from its changed rows by the plan's
+        `group_keys`): (the keys to replace, the source rows as of `version` whose states replace them; None for all
+        of them: every group is replaced, where `change.every_group_holds` and most groups were touched), or None
+        when this store cannot narrow the source (the caller aggregates all of it and keeps the touched groups)."""
 
     def partial_states(self, change: JoinChange) -> F | None:
         """The view's states for the joined table's changed rows, joined with the partial states of the view's source

@@ -95,18 +95,18 @@ class Recompute(Strategy):
         view's query. Their states from the source rows of those groups alone where the store can narrow the
         source (`TableStore.narrowed`), else from all of it."""
         view, plan, keys = change.view, change.plan, change.view.state.keys
-        added, removed = store.change_rows(change.source, change.commits)
-        changed = store.union(added, removed)
-        touched = store.select(changed, [f"{k.sql} AS `{k.name}`" for k in plan.group_keys]) if plan.group_keys \
-            else store.select(states(store, change, changed), [f"`{k}`" for k in keys])
         version = int(change.watermark["source_version"])
-        narrowed = store.narrowed(view, change.source, plan, touched, version, change.every_group_holds)
+        narrowed = store.narrowed(change, version) if plan.group_keys else None
         if narrowed is not None:
             wanted, rows = narrowed
             every = rows is None
             replacement = states(store, change, store.snapshot(change.source, version) if every else rows)
             return store.replace_groups(view, keys, wanted, replacement, metadata=change.record(self.name),
                                         watermark=change.watermark, few=True)
+        added, removed = store.change_rows(change.source, change.commits)
+        changed = store.union(added, removed)
+        touched = store.select(changed, [f"{k.sql} AS `{k.name}`" for k in plan.group_keys]) if plan.group_keys \
+            else store.select(states(store, change, changed), [f"`{k}`" for k in keys])
         every = states(store, change, store.snapshot(change.source, version))
         return store.replace_groups(view, keys, touched, store.semi(every, keys, touched),
                                     metadata=change.record(self.name), watermark=change.watermark)

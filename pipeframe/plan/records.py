@@ -5,9 +5,11 @@ Every record is written with `"format": FORMAT`. Format 1 is what releases befor
 `format` key); its keys are the same as format 2's, so it is read as is. Format 3 adds a view's `maintenance` plan
 to its resource state; a state of format 1 or 2 reads with none, and the engine refuses to maintain such a view
 until `pipeframe deploy` records it (PF612). Format 4 adds the plan's `group_keys`; a plan of format 3 reads with
-none (its recomputes aggregate the whole source until a deploy records them). A record of a newer format than this code
-knows is refused (PF610: upgrade pipeframe); a key this code does not know, in a record of a known format, is an
-error (PF611), never dropped: it would be lost on the next write.
+none (its recomputes aggregate the whole source until a deploy records them). Format 5 adds the plan's
+`keys_duckdb`; a plan of format 4 reads with none (its recomputes find the touched groups with a Spark job until a
+deploy records it). A record of a newer format than this code knows is refused (PF610: upgrade pipeframe); a key this
+code does not know, in a record of a known format, is an error (PF611), never dropped: it would be lost on the next
+write.
 
 Commit kinds, told apart by `op` (and, without one, by `view`):
 
@@ -40,7 +42,8 @@ from pipeframe.errors import PipeframeError
 if TYPE_CHECKING:
     from pipeframe.plan.state import ResourceState
 
-FORMAT = 4  # the newest record format; 1: before formats were recorded; 3: maintenance plans; 4: their group keys
+FORMAT = 5  # the newest record format; 1: before formats were recorded; 3: maintenance plans; 4: their group
+# keys; 5: the touched keys' query in DuckDB's SQL
 
 
 @dataclass(frozen=True)

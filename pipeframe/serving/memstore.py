@@ -30,8 +30,7 @@ from pipeframe.serving import sketches, translate
 from pipeframe.serving.types import duckdb_type, spark_type
 
 if TYPE_CHECKING:
-    from pipeframe.compiler.maintenance import MaintenancePlan
-    from pipeframe.engine.changes import JoinChange
+    from pipeframe.engine.changes import Change, JoinChange
     from pipeframe.plan.snapshot import DeployedResource
     from pipeframe.plan.state import ResourceState
 
@@ -155,8 +154,7 @@ class MemoryStore:
         return self._query(f"SELECT * FROM {rows.name} AS r WHERE EXISTS (SELECT 1 FROM {wanted.name} AS w "
                            f"WHERE {match})", rows.columns)
 
-    def narrowed(self, view: DeployedResource, source: DeployedResource, plan: MaintenancePlan, touched: Frame,
-                 version: int, every_group_holds: bool) -> tuple[Frame, Frame | None] | None:
+    def narrowed(self, change: Change, version: int) -> tuple[Frame, Frame | None] | None:
         return None  # the whole source is small: aggregated, and the touched groups kept
 
     def partial_states(self, change: JoinChange) -> Frame | None:

@@ -138,3 +138,50 @@ def test_a_delete_recomputes_only_the_touched_groups_or_every_group(project, mon
     assert len(calls) == 3  # the two views, and the one whose job failed once more
     assert rows(p, "SELECT * FROM peaks") == rows(p, PEAKS_TRUTH)
     assert rows(p, "SELECT * FROM daily_peaks") == rows(p, DAILY_TRUTH)
+
+
+def test_touched_keys_read_from_the_change_files_without_spark_equal_sparks(project, monkeypatch):
+    """The touched groups of a recompute come from the change feed's files (delta-rs) and the plan's DuckDB query,
+    without a Spark job, for every kind of change a source takes: a delete of part of a file (Delta writes change
+    files), of whole files (none: the removed files' rows are the feed), an update (both images), a MERGE, and a
+    range with a neutral commit (compaction) inside it. Each time the keys equal the ones Spark computes from its own
+    change feed, and the view equals its query over the source."""
+    from pipeframe.engine import sparkstore, tables
+
+    p = project
+    seen = []
+    real = sparkstore.changed_keys
+
+    def compared(spark, change, limit):
+        found = real(spark, change, limit)
+        added, removed = tables.read_change_rows(spark, change.source.state, change.source.path, change.commits)
+        expected = added.unionByName(removed).selectExpr(
+            *[f"{k.sql} AS `{k.name}`" for k in change.plan.group_keys]).distinct()
+        types = dict(change.view.state.columns)
+        mine = None if found is None else spark.createDataFrame(found).selectExpr(
+            *[f"CAST(`{k.name}` AS {types[k.name]}) AS `{k.name}`" for k in change.plan.group_keys])
+        seen.append((found is not None, expected.count(),
+                     None if mine is None else (mine.exceptAll(expected).count(), expected.exceptAll(mine).count())))
+        return found
+
+    monkeypatch.setattr(sparkstore, "changed_keys", compared)
+    for day in range(2):
+        batch = [{"ts": (START + timedelta(days=day, hours=h, minutes=m)).isoformat(sep=" "), "user_id": f"u{h % 3}",
+                  "lat": (day * 31 + h * 7 + m) % 89} for h in range(24) for m in (5, 35)]
+        assert p.append("events", batch).accepted == len(batch)
+    assert p.append("events", [{"ts": "2024-05-04 10:00:00", "user_id": "u7", "lat": 3}]).accepted == 1
+    path = p.warehouse.snapshot(fresh=True).table("events").path
+
+    p.delete("events", "ts >= TIMESTAMP '2024-05-01 03:00:00' AND ts < TIMESTAMP '2024-05-01 04:00:00'")  # part
+    p.delete("events", "user_id = 'u7'")  # the whole file of its own commit
+    p.spark.sql(f"UPDATE delta.`{path}` SET ts = ts + INTERVAL 2 HOURS WHERE user_id = 'u1' AND lat % 4 = 0")
+    p.spark.sql(f"MERGE INTO delta.`{path}` AS t USING (SELECT TIMESTAMP '2024-05-02 07:05:00' AS ts, 'u0' AS u) AS s "
+                "ON t.ts = s.ts AND t.user_id = s.u WHEN MATCHED THEN UPDATE SET lat = t.lat + 100 "
+                "WHEN NOT MATCHED THEN INSERT (ts, user_id, lat) VALUES (s.ts, s.u, 1)")
+    p.optimize("peaks")  # compaction: a neutral commit of the view, which daily_peaks reads
+    p.delete("events", "user_id = 'u2' AND lat > 60")
+    p.refresh()
+    assert rows(p, "SELECT * FROM peaks") == rows(p, PEAKS_TRUTH)
+    assert rows(p, "SELECT * FROM daily_peaks") == rows(p, DAILY_TRUTH)
+    assert len(seen) >= 5 and all(without_spark and counts == (0, 0) and touched > 0
+                                  for without_spark, touched, counts in seen), seen

@@ -295,6 +295,53 @@ def test_group_keys_survive_the_state_store_and_a_format_3_plan_reads_with_none(
     assert err.value.code == "PF611" and "typo" in str(err.value)
 
 
+CHANGED_ROWS = [  # changed rows of `sales` as the change feed gives them (UTC instants)
+    {"ts": datetime(2024, 3, 31, 23, 59, 59, tzinfo=UTC), "order_id": "a", "product": "pear", "amount": 2.0,
+     "quantity": 3},
+    {"ts": datetime(2024, 4, 1, 0, 30, tzinfo=UTC), "order_id": "b", "product": None, "amount": 1.0, "quantity": None},
+    {"ts": datetime(2024, 4, 1, 0, 45, tzinfo=UTC), "order_id": "c", "product": "pear", "amount": 5.0, "quantity": 3},
+    {"ts": None, "order_id": "d", "product": "fig", "amount": 0.5, "quantity": 7},
+]
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("SELECT toStartOfHour(ts) AS hour, max(amount) AS top FROM sales GROUP BY hour",
+     {(datetime(2024, 3, 31, 23, tzinfo=UTC),), (datetime(2024, 4, 1, 0, tzinfo=UTC),), (None,)}),
+    ("SELECT toDate(ts) AS day, product, max(amount) AS top FROM sales GROUP BY day, product",
+     {(date(2024, 3, 31), "pear"), (date(2024, 4, 1), None), (date(2024, 4, 1), "pear"), (None, "fig")}),
+    ("SELECT toStartOfMonth(ts) AS month, quantity, min(amount) AS low FROM sales GROUP BY 1, 2",
+     {(date(2024, 3, 1), 3), (date(2024, 4, 1), None), (date(2024, 4, 1), 3), (None, 7)}),
+])
+def test_the_touched_keys_query_in_duckdb_gives_each_changed_rows_group(make_project, sql, expected):
+    """`keys_duckdb` (recorded at deploy) run by DuckDB over changed rows, as a recompute runs it over the change
+    feed read by delta-rs (engine/sparkstore.changed_keys): one row per touched group, NULL keys included."""
+    import duckdb
+
+    from pipeframe.compiler.maintenance import CHANGED
+
+    plan = view_state(make_project, sql).maintenance
+    changed = pa.Table.from_pylist(CHANGED_ROWS, pa.schema([
+        ("ts", pa.timestamp("us", tz="UTC")), ("order_id", pa.string()), ("product", pa.string()),
+        ("amount", pa.float64()), ("quantity", pa.int32())]))
+    with duckdb.connect() as db:
+        db.execute("SET TimeZone = 'UTC'")
+        db.register(CHANGED, changed)
+        found = db.execute(plan.keys_duckdb).fetchall()
+    assert len(found) == len(expected) and set(found) == expected
+
+
+def test_a_key_duckdb_cannot_translate_records_no_duckdb_query_and_a_format_4_plan_reads_with_none(make_project):
+    bucket = view_state(make_project, "SELECT cityHash64(product) % 8 AS bucket, max(amount) AS top FROM sales "
+                                      "GROUP BY bucket").maintenance
+    assert bucket.group_keys and bucket.keys_duckdb is None
+    state = view_state(make_project, "SELECT toDate(ts) AS day, max(amount) AS top FROM sales GROUP BY day")
+    stored = json.loads(records.encode_state(state))
+    assert stored["maintenance"]["keys_duckdb"] == state.maintenance.keys_duckdb is not None
+    del stored["maintenance"]["keys_duckdb"]
+    old = records.decode_state(json.dumps({**stored, "format": 4}), "r")
+    assert old.maintenance.keys_duckdb is None and old.maintenance.group_keys == state.maintenance.group_keys
+
+
 KEY = GroupKey("k", "x", "c", "TIMESTAMP", "HOUR")
 
 
