@@ -513,8 +513,9 @@ def explanation(results: dict) -> list[str]:
             "- **`recompute`** (`daily_peaks`, `hourly_peaks`): max and HLL sketches cannot take rows back out, so "
             "the groups the change touches are computed again from the source as of the new version and replace "
             "their rows (engine/recompute.py). The deploy recorded each group key as a value of a source row "
-            "(`date_trunc('hour', ts)`, `to_date(ts)`), so the touched keys (computed from the changed rows in one "
-            "Spark job, brought to the driver) narrow the source before it is aggregated: the source's data files "
+            "(`date_trunc('hour', ts)`, `to_date(ts)`), and their query in DuckDB's SQL, so the touched keys "
+            "(computed from the changed rows without a Spark job: the change feed read by delta-rs, the keys by "
+            "DuckDB) narrow the source before it is aggregated: the source's data files "
             "whose statistics (in its log's `add` actions) lie outside the range of `ts` the touched keys cover are "
             "not read, and a broadcast semi join on the keys keeps the touched groups' rows. When the change touches "
             "at least half of the view's groups (known from the view's own files), every group is computed again "
@@ -523,9 +524,9 @@ def explanation(results: dict) -> list[str]:
             "and the new states come to the driver and replace the old rows in one commit made by pyarrow (only the "
             "view files holding a touched group are rewritten), not a Spark MERGE. Whole-source case: "
             f"{rec['incremental_s']['median']:.1f} s against {rec['full_s']['median']:.1f} s to rebuild." + narrow +
-            " What is left of a narrow change is two Spark jobs (the touched keys from the change feed, about "
-            "0.35 s; the aggregation of the touched groups' rows) and the source files the hour's range still "
-            "overlaps; of a wide one, the first of those jobs next to the aggregation every rebuild also makes.")
+            " What is left of a narrow change is one Spark job (the aggregation of the touched groups' rows, "
+            "over the source files the hour's range still overlaps) and the refresh's fixed cost; of a wide one, "
+            "the aggregation every rebuild also makes and the same fixed cost.")
     j = results.get("join")
     if j:
         lines.append(
