@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pipeframe.engine import strategies
-from pipeframe.engine.changes import Change
+from pipeframe.engine.changes import Change, JoinChange
 from pipeframe.engine.commits import Commit
 from pipeframe.engine.refresh import ViewRefresh, pinned, refresh_view
 from pipeframe.plan import records
@@ -83,6 +83,21 @@ def test_exactly_one_strategy_applies_to_each_change(deployed, view, operation, 
     found = change(deployed, view, operation, read_by_views)
     assert [s.name for s in strategies.STRATEGIES if s.applies(found)] == [expected]
     assert strategies.choose(found).name == expected
+
+
+@pytest.mark.parametrize("view, start, read_by_views, expected", [
+    ("by_category", 3, False, "join-negate"),
+    ("by_category", -1, False, "join"),  # the version its rows agree with is not known: recomputed
+    ("by_category", 3, True, "join"),  # views read it: its groups' rows replaced, not negated
+    ("top_by_category", 3, False, "join"),  # an outer join, and max does not subtract
+])
+def test_exactly_one_strategy_applies_to_a_joined_tables_change(deployed, view, start, read_by_views, expected):
+    found = deployed.table(f"{view}_mv")
+    joined = JoinChange(found, deployed.table("sales"), found.state.maintenance, deployed.table("products"),
+                        (commit("UPDATE", numUpdatedRows="1"),), start, 4, {}, {"products": 5},
+                        read_by_views=read_by_views)
+    assert [s.name for s in strategies.JOIN_STRATEGIES if s.applies(joined)] == [expected]
+    assert strategies.choose(joined).name == expected
 
 
 def test_a_delete_that_removed_no_row_is_an_append_of_nothing(deployed):
