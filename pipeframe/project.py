@@ -119,6 +119,7 @@ class Project:
         runtime = self.__dict__.get("runtime")
         if runtime is not None and fresh.__dict__.get("warehouse") is warehouse:
             fresh.__dict__["runtime"] = runtime  # one committer and materializer per process, whatever is compiled
+            runtime.reloaded(fresh)
         return fresh
 
     @cached_property

@@ -49,6 +49,7 @@ class Runtime:
     def __init__(self, project: Project) -> None:
         self.current: Callable[[], Project] = lambda: project
         self.jobs: list[Job] = []
+        self.serving = False  # a server decides the project (`serve`)
         self._build(project)
 
     def _build(self, project: Project) -> None:
@@ -63,7 +64,13 @@ class Runtime:
 
     def serve(self, current: Callable[[], Project], jobs: Iterable[Job] = ()) -> None:
         """Work for the project `current()` gives from now on (a server's), with `jobs` beside it."""
-        self.current, self.jobs = current, list(jobs)
+        self.current, self.jobs, self.serving = current, list(jobs), True
+
+    def reloaded(self, project: Project) -> None:
+        """`project` is the same folder read again (`Project.reload`): outside a server (which decides what it
+        serves) the runtime works for it from now on, so an append reads the datasource as its file says now."""
+        if not self.serving:
+            self.current = lambda: project
 
     def start(self, service: Any = None) -> None:
         """Start the materializer, then the jobs."""

@@ -43,10 +43,15 @@ def maintenance_plan(state_sql: str, compact_sql: str | None, negate_sql: str | 
 
 def keys_duckdb(keys: Sequence[GroupKey], source_columns: Sequence[tuple[str, str]]) -> str | None:
     """`MaintenancePlan.keys_duckdb`: SELECT DISTINCT of every key's value over the changed source rows (CHANGED),
-    in DuckDB's SQL as the read path translates Spark's; None without keys or where the translation refuses one."""
+    in DuckDB's SQL as the read path translates Spark's; None without keys, where a key is not exactly what DuckDB
+    computes as Spark does, or where the translation refuses one. Exact: a source column itself, or a floor of one
+    (its date, a truncation: `GroupKey.column`). Anything else may differ in a corner (a string function's Unicode
+    case rules) and a key computed differently names a group the view does not hold: the touched group would keep
+    its old value, so such keys are left to Spark."""
     from pipeframe.serving.translate import Untranslatable, parse, translate
 
-    if not keys:
+    if not keys or not all(k.column is not None or isinstance(sqlglot.parse_one(k.sql, read=DIALECT), exp.Column)
+                           for k in keys):
         return None
     spark_sql = f"SELECT DISTINCT {', '.join(f'{k.sql} AS `{k.name}`' for k in keys)} FROM {CHANGED}"
     try:

@@ -6,6 +6,7 @@ is written, and the rows of a commit range once (cached) when several views at t
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -15,7 +16,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from pipeframe.compiler.maintenance import fill
-from pipeframe.engine import partials, recompute, tables
+from pipeframe.engine import deltalog, partials, recompute, tables
 from pipeframe.engine.conflicts import is_cancelled, local_folder
 from pipeframe.engine.store import RECENT_COMMITS
 from pipeframe.sqltext import first_line
@@ -242,7 +243,7 @@ def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | 
     if sql is None or folder is None or zone not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
         return None
     versions = sorted(c.version for c in change.commits if c.changes_data)
-    if not versions:
+    if not versions or not _feed_readable(folder):
         return None
     columns = ", ".join(f'"{name}"' for name, _ in change.source.state.columns)
     try:
@@ -260,3 +261,21 @@ def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | 
     except Exception as exc:  # noqa: BLE001 — the Spark job answers instead
         log.info("touched keys of %s read by Spark: %s", change.view.state.name, first_line(exc))
         return None
+
+
+def _feed_readable(folder: str) -> bool:
+    """Whether delta-rs reads the table's change feed exactly as Spark does: no deletion vectors or column mapping
+    (which its feed reader lacks or reads otherwise), and no timestamp partition column (delta-rs reads a logged
+    partition timestamp as UTC, Spark wrote it in its session's zone)."""
+    state = deltalog.table_state(folder)
+    if state is None:
+        return False
+    features = {*state.protocol.get("readerFeatures", ()), *state.protocol.get("writerFeatures", ())}
+    if features & {"deletionVectors", "columnMapping"} or \
+            str(state.configuration().get("delta.columnMapping.mode", "none")).lower() != "none":
+        return False
+    try:
+        fields = {f["name"]: f["type"] for f in json.loads(state.metadata.get("schemaString") or "{}")["fields"]}
+    except (KeyError, TypeError, ValueError):
+        return False
+    return not any(fields.get(c) in ("timestamp", "timestamp_ntz") for c in state.metadata.get("partitionColumns", ()))
