@@ -148,8 +148,9 @@ def test_one_runtime_per_process_across_reloads_and_servers(project: Project):
     materializer), kept across the project's reloads; once a server stopped, the process's next appends and its
     next server start afresh instead of finding a stopped committer."""
     fresh = Project(project.root, spark=project.spark, environ={})
+    runtime = fresh.runtime
     reloaded = fresh.reload()  # outside a server the runtime works for the project as read last
-    assert reloaded.runtime is fresh.runtime and fresh.runtime.current() is reloaded
+    assert reloaded.runtime is runtime and runtime.current() is reloaded
     first = start_server(Service(fresh), "127.0.0.1", 0)
     try:
         assert first.service.runtime is fresh.runtime is fresh.reload().runtime
