@@ -46,6 +46,22 @@ class CompiledView:
     follow_ttl: bool = False  # FOLLOW_TTL true: its sources' ENGINE_TTL deletes are retracted like any delete
 
 
+def _padded(trees: list[NodeTree]) -> set[str] | None:
+    """The tables a LEFT JOIN of `trees` pads with NULLs for unmatched rows; None (any table may be) when a join of
+    another side, or of a subquery, may."""
+    from sqlglot import exp
+
+    padded: set[str] = set()
+    for nt in trees:
+        for join in nt.tree.find_all(exp.Join):
+            side = (join.side or "").upper()
+            if side == "LEFT" and isinstance(join.this, exp.Table) and join.kind in ("", "OUTER"):
+                padded.add(join.this.name)
+            elif side:
+                return None
+    return padded
+
+
 @dataclass(frozen=True)
 class CompiledDatasource:
     name: str
@@ -564,7 +580,7 @@ class Compiler:
                 columns.append(ViewColumn(col.name, state_type_for(state, col.aggregate_args), state.kind,
                                           col.aggregate_params, None, explicit=True))
             else:
-                columns.append(ViewColumn(col.name, col.type, value_type=col.type))
+                columns.append(ViewColumn(col.name, col.type, value_type=col.type, not_null=col.never_null))
         self._check_keys(ds, {c.name for c in ds.columns})
         return CompiledDatasource(ds.name, ds, tuple(columns))
 
@@ -599,8 +615,15 @@ class Compiler:
                         ds.where(keyword))
 
     # ---------------------------------------------------------------------------------------- pipes
-    def _scope(self, names: list[str]) -> tuple[dict[str, str | None], list[tuple[str, str | None]]]:
+    def _scope(self, names: list[str], padded: set[str] | None) -> tuple[dict[str, str | None], set[str],
+                                                                          list[tuple[str, str | None]]]:
+        """The types of the columns of the tables `names` (bare and as `table.column`), the names whose values are
+        never NULL (not a column of a table an outer join pads with NULLs, `padded`, or of any table when that is
+        None; a bare name only when every table with that column holds no NULL in it), and the first table's
+        columns (what `*` reads)."""
         scope: dict[str, str | None] = {}
+        not_null: set[str] = set()
+        nullable: set[str] = set()
         star: list[tuple[str, str | None]] = []
         for name in names:
             ds = self.datasources.get(name)
@@ -609,30 +632,40 @@ class Compiler:
             for col in ds.columns:
                 scope.setdefault(col.name, col.type)
                 scope[f"{name}.{col.name}"] = col.type
+                if col.not_null and padded is not None and name not in padded:
+                    not_null.update((col.name, f"{name}.{col.name}"))
+                else:
+                    nullable.add(col.name)
                 if name == names[0]:
                     star.append((col.name, col.type))
-        return scope, star
+        return scope, not_null - nullable, star
 
     @staticmethod
-    def _trees_scope(base_scope: dict[str, str | None], trees: list[NodeTree]) -> dict[str, str | None]:
-        """Add the outputs of `trees` (earlier nodes, as `node.col` and bare names) to a scope."""
+    def _trees_scope(base_scope: dict[str, str | None], not_null: set[str], trees: list[NodeTree]
+                     ) -> tuple[dict[str, str | None], set[str]]:
+        """Add the outputs of `trees` (earlier nodes, as `node.col` and bare names) to a scope and its never-NULL
+        names."""
         from sqlglot import exp
 
-        from pipeframe.compiler.infer import infer
+        from pipeframe.compiler.infer import infer, never_null
 
-        scope = dict(base_scope)
+        scope, not_null = dict(base_scope), set(not_null)
         for nt in trees:
             node = nt.node
             if not isinstance(nt.tree, exp.Select):
                 continue
-            node_scope = dict(scope)
+            node_scope, node_not_null = dict(scope), set(not_null)
             for projection in nt.tree.expressions:
                 if isinstance(projection, exp.Star):
                     continue
                 col_type = infer(projection, node_scope)
-                scope[projection.alias_or_name] = col_type
-                scope[f"{node.name}.{projection.alias_or_name}"] = col_type
-        return scope
+                names = (projection.alias_or_name, f"{node.name}.{projection.alias_or_name}")
+                scope.update(dict.fromkeys(names, col_type))
+                if never_null(projection, node_scope, node_not_null):
+                    not_null.update(names)
+                else:
+                    not_null.difference_update(names)
+        return scope, not_null
 
     def _compile_pipe(self, pipe: Pipe, targets: Mapping[str, str]) -> None:
         output = pipe.output_node
@@ -806,6 +839,7 @@ class Compiler:
     def _compile_view(self, pipe: Pipe, nodes: list[Node], parameters: tuple[Parameter, ...]
                       ) -> tuple[CompiledView, CompiledDatasource | None]:
         """The verdict and plan of a materialized pipe, and its target as the plan writes it (None if rejected)."""
+
         from pipeframe.compiler.incremental import ViewContext, check_view, fold_projection
         from pipeframe.compiler.sql import table_names
         from pipeframe.compiler.states import plan_view
@@ -854,10 +888,10 @@ class Compiler:
         rejected = any(p.is_error for p in problems)
         plan = None
         if not rejected and not parameters:
-            base_scope, star = self._scope([t[0] for t in tables])
-            scope = self._trees_scope(base_scope, node_trees[:-1])
+            base_scope, base_not_null, star = self._scope([t[0] for t in tables], _padded(node_trees))
+            scope, not_null = self._trees_scope(base_scope, base_not_null, node_trees[:-1])
             try:
-                plan = plan_view(ctx, scope, star)
+                plan = plan_view(ctx, scope, not_null, star)
                 if folded is not None:
                     plan = replace(plan, rewrites=(folded, *plan.rewrites))
             except PipeframeError as err:
@@ -972,7 +1006,7 @@ class Compiler:
                                     f"produces {got}.", f"Produce it with {decl.aggregate_function}State(...), or "
                                     "change the declared type.", decl.location)
                 columns.append(ViewColumn(col.name, col.type, col.state, col.params or decl.aggregate_params,
-                                          col.value_type, explicit=True))
+                                          col.value_type, explicit=True, not_null=col.not_null))
                 continue
             produced = col.value_type
             if produced is not None and not is_safe_cast(produced, decl.type):
@@ -980,7 +1014,8 @@ class Compiler:
                                 f"produces {produced}.", f"Cast it in the SELECT (CAST(... AS {decl.type})) or "
                                 "declare a type it safely widens to.", decl.location)
             physical = col.type if col.state else decl.type
-            columns.append(ViewColumn(col.name, physical, col.state, col.params, decl.type, col.explicit))
+            columns.append(ViewColumn(col.name, physical, col.state, col.params, decl.type, col.explicit,
+                                      col.not_null))
         for name in unwritten:
             if name not in renamed:
                 decl = declared.column(name)

@@ -6,6 +6,7 @@ Unknown expressions infer as None ("Spark decides at deploy"); a check is skippe
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 
 from sqlglot import exp
 
@@ -16,6 +17,7 @@ from pipeframe.compiler.types import from_sqlglot
 from pipeframe.datafiles.types import TypeProblem, normalize_type
 
 Scope = Mapping[str, str | None]  # column name (and `alias.column`) -> Spark type
+NotNull = AbstractSet[str]  # the names of a scope (as Scope spells them) whose values are never NULL
 
 INTEGRAL = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 NUMERIC_ORDER = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
@@ -122,3 +124,39 @@ def _function_type(node: exp.Func, scope: Scope) -> str | None:
     if call.name == "collect_set":
         return f"ARRAY<{arg_types[0]}>" if arg_types and arg_types[0] else None
     return FUNCTION_TYPES.get(call.name)
+
+
+# Functions whose result is never NULL when every argument is never NULL (under Spark's ANSI mode, the default:
+# an overflow fails rather than returning NULL). Anything not listed may return NULL.
+_NULL_FREE = (exp.Abs, exp.Neg, exp.Floor, exp.Ceil, exp.Round, exp.Greatest, exp.Least, exp.Add, exp.Sub, exp.Mul,
+              exp.Predicate, exp.Not, exp.And, exp.Or)
+
+
+def never_null(node: exp.Expression, scope: Scope, not_null: NotNull) -> bool:
+    """Whether `node` is never NULL over rows whose `not_null` columns hold no NULL. Unsure is False: a caller
+    treats the value as possibly NULL (a sum over it cannot be subtracted exactly, see ViewPlan.negate_sql)."""
+    if isinstance(node, (exp.Alias, exp.Paren)):
+        return never_null(node.this, scope, not_null)
+    if isinstance(node, exp.Column):  # looked up as `infer` does: qualified when the scope knows that name
+        qualified = f"{node.table}.{node.name}" if node.table else node.name
+        return (qualified if qualified in scope else node.name) in not_null
+    if isinstance(node, (exp.Literal, exp.Boolean)):
+        return True
+    if isinstance(node, exp.Coalesce):
+        return any(never_null(a, scope, not_null) for a in (node.this, *node.expressions))
+    if isinstance(node, exp.Case):
+        default = node.args.get("default")
+        return default is not None and never_null(default, scope, not_null) and all(
+            never_null(branch.args["true"], scope, not_null) for branch in node.args.get("ifs") or [])
+    if isinstance(node, exp.If):
+        false = node.args.get("false")
+        return false is not None and never_null(node.args["true"], scope, not_null) and \
+            never_null(false, scope, not_null)
+    if isinstance(node, (exp.Cast, exp.TryCast)):  # a widening cast of a number (a narrowing try_cast may fail)
+        source, target = infer(node.this, scope), _cast_type(node)
+        order = ("BOOLEAN", *NUMERIC_ORDER)
+        return source in order and target in order and order.index(source) <= order.index(target) and \
+            never_null(node.this, scope, not_null)
+    if isinstance(node, _NULL_FREE):
+        return all(never_null(a, scope, not_null) for a in node.iter_expressions() if not isinstance(a, exp.DataType))
+    return False

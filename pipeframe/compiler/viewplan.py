@@ -36,6 +36,9 @@ class ViewColumn:
     params: tuple[str, ...] = ()
     value_type: str | None = None  # the type users see when reading the target by name
     explicit: bool = False  # written as xState(...): reads return the merged state, for xMerge(...)
+    # Never NULL (`infer.never_null`): a landing column that takes a default for a missing value, a value computed
+    # from such columns, a count, a sum of never-NULL values. A sum that may be NULL cannot be subtracted exactly.
+    not_null: bool = field(default=False, compare=False)  # what a column is, not how it is written (PF314)
 
     def read_sql(self) -> str:
         """How reading the target by name presents this column (over the grouped state rows)."""
@@ -175,10 +178,12 @@ class ViewPlan:
 
     def negate_sql(self, relation: str) -> str | None:
         """SELECT over state rows that takes their rows back out when merged (the retraction of deleted rows), or
-        None when a state cannot be subtracted or no column counts a group's rows."""
-        if not self.aggregated or (self.row_count is None and self.keys) or \
-                any(c.state is not None and not BY_KIND[c.state].negate for c in self.columns):
-            return None
+        None when a state cannot be subtracted (a sum of values that may be NULL among them) or no column counts a
+        group's rows."""
+        if not self.aggregated or (self.row_count is None and self.keys) or any(
+                c.state is not None and (not BY_KIND[c.state].negate or (c.state == "sum" and not c.not_null))
+                for c in self.columns):
+            return None  # a negated sum cannot tell "no value left" (NULL) from values that sum to zero
         cols = ", ".join(f"`{c.name}`" if c.state is None else
                          f"{BY_KIND[c.state].negate_sql(f'`{c.name}`')} AS `{c.name}`" for c in self.columns)
         return f"SELECT {cols} FROM {relation}"

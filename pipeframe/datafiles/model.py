@@ -40,6 +40,16 @@ class Column:
     aggregate_params: tuple[str, ...] = ()  # e.g. quantiles(0.5, 0.9) -> ('0.5', '0.9')
     simple_aggregate: bool = False
 
+    @property
+    def never_null(self) -> bool:
+        """Whether ingest never stores NULL here: a missing value (or a JSON null) takes the column's DEFAULT, or a
+        non-Nullable ClickHouse type's default (Spark-spelled types and `Nullable(T)` keep NULL)."""
+        from pipeframe.datafiles.types import value_rules
+
+        if self.default is not None:
+            return self.default.strip().upper() != "NULL"
+        return self.aggregate_function is None and value_rules(self.written_type).takes_default
+
 
 @dataclass(frozen=True)
 class Datasource:

@@ -81,7 +81,7 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.TimestampTrunc, exp.DateTrunc, exp.TsOrDsToDate, exp.Year, exp.Month, exp.Day, exp.Hour, exp.Minute,
     exp.Second, exp.Quarter, exp.DayOfMonth, exp.CurrentTimestamp, exp.CurrentDate,
     exp.Array, exp.ArraySize, exp.ArrayContains, exp.Flatten, exp.ArrayDistinct, exp.ArrayAgg,
-    exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.DenseRank,
+    exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Filter,
     exp.Anonymous, exp.Interval, exp.RegexpLike, exp.RegexpReplace, exp.DateDiff, exp.AddMonths,
     exp.JSONExtractScalar, exp.JSONPath, exp.JSONPathRoot, exp.JSONPathKey, exp.JSONPathSubscript,
 })

@@ -5,7 +5,6 @@ refresh, leave every view answering what one recomputation from the source answe
 
 from __future__ import annotations
 
-import math
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -14,13 +13,13 @@ import pytest
 from pipeframe.engine import strategies
 from pipeframe.engine.changes import Change, JoinChange
 from pipeframe.engine.commits import Commit
-from pipeframe.engine.refresh import ViewRefresh, pinned, refresh_view
-from pipeframe.plan import records
+from pipeframe.engine.refresh import ViewRefresh
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import desired_state
 from pipeframe.project import Project
 from pipeframe.serving.memstore import MemoryStore
 from tests.conftest import PRODUCTS, SALES, write_project
+from tests.memviews import answer, built, pipe, recomputed, refresh
 
 VIEWS = {
     # every state subtracts: negate (fold when views read it)
@@ -28,6 +27,11 @@ VIEWS = {
     # max, min and a sketch do not: the touched groups are recomputed
     "peaks": "SELECT product, toStartOfHour(ts) AS hour, count() AS n, max(amount) AS top, min(quantity) AS low, "
              "uniq(order_id) AS buyers FROM sales GROUP BY product, hour",
+    # sums of values that may be NULL (`quantity`, and `amount` where a FILTER keeps no row) do not subtract: a
+    # negated sum cannot tell "no value left" (NULL) from zero. sumIf over never-NULL `amount` does (0 if none match)
+    "nullable_sums": "SELECT product, count() AS n, sum(quantity) AS q, sumIf(amount, amount > 40) AS big, "
+                     "sum(amount) FILTER (WHERE quantity > 15) AS many FROM sales GROUP BY product",
+    "sum_if": "SELECT product, count() AS n, sumIf(amount, amount > 40) AS big FROM sales GROUP BY product",
     # no GROUP BY: a view row per source row
     "doubled": "SELECT product, amount * 2 AS twice, quantity FROM sales WHERE amount > 1",
     # one group, no keys
@@ -41,11 +45,6 @@ VIEWS = {
 }
 PRODUCT_NAMES = ["apple", "pear", "fig", None]
 CATEGORIES = ["fruit", "tree", None]
-
-
-def pipe(name: str, sql: str) -> str:
-    body = "\n".join("    " + line for line in sql.splitlines())
-    return f"NODE agg\nSQL >\n{body}\nTYPE materialized\nDATASOURCE {name}_mv\n"
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +77,7 @@ def change(deployed: DeployedSnapshot, view: str, operation: str, read_by_views:
     ("sums", "UPDATE", True, "fold"), ("overall", "DELETE", True, "fold"),
     ("peaks", "DELETE", False, "recompute"), ("peaks", "UPDATE", True, "recompute"),
     ("doubled", "DELETE", False, "rows"), ("doubled", "UPDATE", True, "rows"),
+    ("nullable_sums", "DELETE", False, "recompute"), ("sum_if", "DELETE", False, "negate"),
 ])
 def test_exactly_one_strategy_applies_to_each_change(deployed, view, operation, read_by_views, expected):
     found = change(deployed, view, operation, read_by_views)
@@ -108,49 +108,11 @@ def test_a_delete_that_removed_no_row_is_an_append_of_nothing(deployed):
     assert strategies.choose(found).name == "append"
 
 
-def built(store: MemoryStore, view: DeployedResource, source: DeployedResource, deployed: DeployedSnapshot) -> None:
-    """The view's table made and populated from its source (and the tables it joins) as they are, as deploy does."""
-    store.create(view)
-    version = store.history(source.path)[0].version
-    joined = {name: store.history(deployed.table(name).path)[0].version for name in view.state.joined}
-    store.append(view, store.run(view, view.state.maintenance.state_sql, store.snapshot(source, version),
-                                 pinned(store, view, deployed, joined)),
-                 metadata=records.ViewCommit(view.state.name, path="populate", joined=joined),
-                 watermark={"source_version": version, "source_path": source.path})
-
-
-def answer(store: MemoryStore, view: DeployedResource, frame) -> list[tuple]:
-    """The view's finalized rows read from state rows `frame`, in a stable order (floats rounded to 9 digits)."""
-    rows = store.fetch(store.run(view, view.state.read_sql or "", frame))
-
-    def plain(value):
-        if isinstance(value, float):
-            return None if math.isnan(value) else round(value, 9)
-        return value
-
-    return sorted((tuple(plain(row[n]) for n, _ in view.state.columns) for row in rows), key=repr)
-
-
-def recomputed(store: MemoryStore, view: DeployedResource, deployed: DeployedSnapshot) -> list[tuple]:
-    """The view's answer from one aggregation of the source (and the tables it joins) as they are now."""
-    latest = {name: store.history(deployed.table(name).path)[0].version
-              for name in (view.state.source, *view.state.joined)}
-    rows = store.snapshot(deployed.table(view.state.source), latest[view.state.source])
-    return answer(store, view, store.run(view, view.state.maintenance.state_sql, rows,
-                                         pinned(store, view, deployed, latest)))
-
-
 def random_rows(rng: random.Random, count: int, start: datetime) -> list[dict]:
     """Rows `sales` takes: `amount` (DEFAULT 0) is never NULL; `product` and `quantity` may be."""
     return [{"ts": start + timedelta(minutes=rng.randrange(0, 300)), "order_id": f"o{rng.randrange(40)}",
              "product": rng.choice(PRODUCT_NAMES), "amount": round(rng.uniform(-2, 50), 2),
              "quantity": None if rng.random() < 0.1 else rng.randrange(-3, 20)} for _ in range(count)]
-
-
-def refresh(store: MemoryStore, view: DeployedResource, deployed: DeployedSnapshot,
-            read_by_views: bool = False) -> ViewRefresh:
-    return refresh_view(store, view, deployed.table(view.state.source), view.state.maintenance, deployed,
-                        read_by_views=read_by_views)
 
 
 def change_products(store: MemoryStore, path: str, rng: random.Random) -> None:
