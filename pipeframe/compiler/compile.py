@@ -46,22 +46,6 @@ class CompiledView:
     follow_ttl: bool = False  # FOLLOW_TTL true: its sources' ENGINE_TTL deletes are retracted like any delete
 
 
-def _padded(trees: list[NodeTree]) -> set[str] | None:
-    """The tables a LEFT JOIN of `trees` pads with NULLs for unmatched rows; None (any table may be) when a join of
-    another side, or of a subquery, may."""
-    from sqlglot import exp
-
-    padded: set[str] = set()
-    for nt in trees:
-        for join in nt.tree.find_all(exp.Join):
-            side = (join.side or "").upper()
-            if side == "LEFT" and isinstance(join.this, exp.Table) and join.kind in ("", "OUTER"):
-                padded.add(join.this.name)
-            elif side:
-                return None
-    return padded
-
-
 @dataclass(frozen=True)
 class CompiledDatasource:
     name: str
@@ -615,15 +599,11 @@ class Compiler:
                         ds.where(keyword))
 
     # ---------------------------------------------------------------------------------------- pipes
-    def _scope(self, names: list[str], padded: set[str] | None) -> tuple[dict[str, str | None], set[str],
-                                                                          list[tuple[str, str | None]]]:
-        """The types of the columns of the tables `names` (bare and as `table.column`), the names whose values are
-        never NULL (not a column of a table an outer join pads with NULLs, `padded`, or of any table when that is
-        None; a bare name only when every table with that column holds no NULL in it), and the first table's
-        columns (what `*` reads)."""
+    def _scope(self, names: list[str]) -> tuple[dict[str, str | None], set[str], list[tuple[str, str | None]]]:
+        """The types of the columns of the tables `names` (bare and as `table.column`), the `table.column` names that
+        hold no NULL, and the first table's columns (what `*` reads)."""
         scope: dict[str, str | None] = {}
         not_null: set[str] = set()
-        nullable: set[str] = set()
         star: list[tuple[str, str | None]] = []
         for name in names:
             ds = self.datasources.get(name)
@@ -632,39 +612,35 @@ class Compiler:
             for col in ds.columns:
                 scope.setdefault(col.name, col.type)
                 scope[f"{name}.{col.name}"] = col.type
-                if col.not_null and padded is not None and name not in padded:
-                    not_null.update((col.name, f"{name}.{col.name}"))
-                else:
-                    nullable.add(col.name)
+                if col.not_null:
+                    not_null.add(f"{name}.{col.name}")
                 if name == names[0]:
                     star.append((col.name, col.type))
-        return scope, not_null - nullable, star
+        return scope, not_null, star
 
     @staticmethod
     def _trees_scope(base_scope: dict[str, str | None], not_null: set[str], trees: list[NodeTree]
                      ) -> tuple[dict[str, str | None], set[str]]:
-        """Add the outputs of `trees` (earlier nodes, as `node.col` and bare names) to a scope and its never-NULL
-        names."""
+        """Add the outputs of `trees` (earlier nodes, as `node.col` and bare names) to a scope, and to the names that
+        hold no NULL those of them that never are (as `node.col`)."""
         from sqlglot import exp
 
-        from pipeframe.compiler.infer import infer, never_null
+        from pipeframe.compiler.infer import infer, never_null, nulls_of
 
         scope, not_null = dict(base_scope), set(not_null)
         for nt in trees:
             node = nt.node
             if not isinstance(nt.tree, exp.Select):
                 continue
-            node_scope, node_not_null = dict(scope), set(not_null)
+            node_scope, nulls = dict(scope), nulls_of(nt.tree, frozenset(not_null))
             for projection in nt.tree.expressions:
                 if isinstance(projection, exp.Star):
                     continue
                 col_type = infer(projection, node_scope)
-                names = (projection.alias_or_name, f"{node.name}.{projection.alias_or_name}")
-                scope.update(dict.fromkeys(names, col_type))
-                if never_null(projection, node_scope, node_not_null):
-                    not_null.update(names)
-                else:
-                    not_null.difference_update(names)
+                scope[projection.alias_or_name] = col_type
+                scope[f"{node.name}.{projection.alias_or_name}"] = col_type
+                if never_null(projection, node_scope, nulls):
+                    not_null.add(f"{node.name}.{projection.alias_or_name}")
         return scope, not_null
 
     def _compile_pipe(self, pipe: Pipe, targets: Mapping[str, str]) -> None:
@@ -888,7 +864,7 @@ class Compiler:
         rejected = any(p.is_error for p in problems)
         plan = None
         if not rejected and not parameters:
-            base_scope, base_not_null, star = self._scope([t[0] for t in tables], _padded(node_trees))
+            base_scope, base_not_null, star = self._scope([t[0] for t in tables])
             scope, not_null = self._trees_scope(base_scope, base_not_null, node_trees[:-1])
             try:
                 plan = plan_view(ctx, scope, not_null, star)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -17,7 +18,6 @@ from pipeframe.compiler.types import from_sqlglot
 from pipeframe.datafiles.types import TypeProblem, normalize_type
 
 Scope = Mapping[str, str | None]  # column name (and `alias.column`) -> Spark type
-NotNull = AbstractSet[str]  # the names of a scope (as Scope spells them) whose values are never NULL
 
 INTEGRAL = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 NUMERIC_ORDER = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
@@ -127,36 +127,88 @@ def _function_type(node: exp.Func, scope: Scope) -> str | None:
 
 
 # Functions whose result is never NULL when every argument is never NULL (under Spark's ANSI mode, the default:
-# an overflow fails rather than returning NULL). Anything not listed may return NULL.
+# an overflow fails rather than returning NULL). Anything not listed may return NULL (`x IN (1, NULL)` does; an
+# array predicate such as array_contains does when the array holds a NULL).
 _NULL_FREE = (exp.Abs, exp.Neg, exp.Floor, exp.Ceil, exp.Round, exp.Greatest, exp.Least, exp.Add, exp.Sub, exp.Mul,
-              exp.Predicate, exp.Not, exp.And, exp.Or)
+              exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Between, exp.In, exp.Not,
+              exp.And, exp.Or)
 
 
-def never_null(node: exp.Expression, scope: Scope, not_null: NotNull) -> bool:
-    """Whether `node` is never NULL over rows whose `not_null` columns hold no NULL. Unsure is False: a caller
-    treats the value as possibly NULL (a sum over it cannot be subtracted exactly, see ViewPlan.negate_sql)."""
+@dataclass(frozen=True)
+class Nulls:
+    """What `never_null` knows of the SELECT an expression is in: the `source.column` names (base tables and earlier
+    nodes) that hold no NULL, the SELECT's sources by alias (None: a source it cannot name, such as a subquery, a
+    CTE or a lateral view: nothing is known), and the sources a LEFT JOIN pads with NULLs (None: any may be)."""
+
+    not_null: AbstractSet[str] = frozenset()
+    sources: Mapping[str, str] | None = None
+    padded: AbstractSet[str] | None = None
+
+    def column(self, node: exp.Column, scope: Scope) -> bool:
+        if self.sources is None or self.padded is None:
+            return False
+        if node.table:
+            source = self.sources.get(node.table)
+        else:  # a bare name: the one source that has that column, if only one has
+            having = {s for s in self.sources.values() if f"{s}.{node.name}" in scope}
+            source = next(iter(having)) if len(having) == 1 else None
+        return source is not None and source not in self.padded and f"{source}.{node.name}" in self.not_null
+
+
+def sources_of(select: exp.Expression) -> dict[str, str] | None:
+    """A SELECT's sources by alias (and by name): base tables and earlier nodes, each read as a plain table; None when
+    it reads anything else (a subquery, a CTE, a lateral view or array join, a set operation)."""
+    if not isinstance(select, exp.Select) or select.args.get("with") or select.args.get("laterals"):
+        return None
+    from_ = select.args.get("from_")
+    read = [from_.this] if from_ is not None else []
+    read += [join.this for join in select.args.get("joins") or []]
+    if not all(isinstance(t, exp.Table) and not isinstance(t.this, exp.Func) for t in read):
+        return None
+    return {**{t.name: t.name for t in read}, **{t.alias_or_name: t.name for t in read}}
+
+
+def padded_of(select: exp.Expression) -> set[str] | None:
+    """The sources a LEFT JOIN of `select` pads with NULLs for unmatched rows; None (any may be) when a join of
+    another side may."""
+    padded: set[str] = set()
+    for join in select.args.get("joins") or []:
+        side = (join.side or "").upper()
+        if side == "LEFT" and isinstance(join.this, exp.Table) and join.kind in ("", "OUTER"):
+            padded.add(join.this.name)
+        elif side:
+            return None
+    return padded
+
+
+def nulls_of(select: exp.Expression, not_null: AbstractSet[str]) -> Nulls:
+    """What `never_null` knows of the expressions of `select`, given the `source.column` names that hold no NULL."""
+    return Nulls(not_null, sources_of(select), padded_of(select))
+
+
+def never_null(node: exp.Expression, scope: Scope, nulls: Nulls) -> bool:
+    """Whether `node` is never NULL over its SELECT's rows (`nulls`). Unsure is False: a caller treats the value as
+    possibly NULL (a sum over it cannot be subtracted exactly, see ViewPlan.negate_sql)."""
     if isinstance(node, (exp.Alias, exp.Paren)):
-        return never_null(node.this, scope, not_null)
-    if isinstance(node, exp.Column):  # looked up as `infer` does: qualified when the scope knows that name
-        qualified = f"{node.table}.{node.name}" if node.table else node.name
-        return (qualified if qualified in scope else node.name) in not_null
-    if isinstance(node, (exp.Literal, exp.Boolean)):
+        return never_null(node.this, scope, nulls)
+    if isinstance(node, exp.Column):
+        return nulls.column(node, scope)
+    if isinstance(node, (exp.Literal, exp.Boolean, exp.Is, exp.NullSafeEQ)):
         return True
     if isinstance(node, exp.Coalesce):
-        return any(never_null(a, scope, not_null) for a in (node.this, *node.expressions))
+        return any(never_null(a, scope, nulls) for a in (node.this, *node.expressions))
     if isinstance(node, exp.Case):
         default = node.args.get("default")
-        return default is not None and never_null(default, scope, not_null) and all(
-            never_null(branch.args["true"], scope, not_null) for branch in node.args.get("ifs") or [])
+        return default is not None and never_null(default, scope, nulls) and all(
+            never_null(branch.args["true"], scope, nulls) for branch in node.args.get("ifs") or [])
     if isinstance(node, exp.If):
         false = node.args.get("false")
-        return false is not None and never_null(node.args["true"], scope, not_null) and \
-            never_null(false, scope, not_null)
+        return false is not None and never_null(node.args["true"], scope, nulls) and never_null(false, scope, nulls)
     if isinstance(node, (exp.Cast, exp.TryCast)):  # a widening cast of a number (a narrowing try_cast may fail)
         source, target = infer(node.this, scope), _cast_type(node)
         order = ("BOOLEAN", *NUMERIC_ORDER)
         return source in order and target in order and order.index(source) <= order.index(target) and \
-            never_null(node.this, scope, not_null)
+            never_null(node.this, scope, nulls)
     if isinstance(node, _NULL_FREE):
-        return all(never_null(a, scope, not_null) for a in node.iter_expressions() if not isinstance(a, exp.DataType))
+        return all(never_null(a, scope, nulls) for a in node.iter_expressions() if not isinstance(a, exp.DataType))
     return False

@@ -3,6 +3,8 @@ rows, and describes how the target's columns finalize when the target is read by
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import sqlglot
 from sqlglot import exp
 
@@ -10,7 +12,7 @@ from pipeframe.compiler.aggregates import BY_KIND, BY_PLAIN_NAME, AggregateState
 from pipeframe.compiler.dialect import DIALECT
 from pipeframe.compiler.functions import aggregates_in, call_of, combinator
 from pipeframe.compiler.incremental import ViewContext, unfiltered
-from pipeframe.compiler.infer import NotNull, Scope, infer, never_null
+from pipeframe.compiler.infer import Scope, infer, never_null, nulls_of
 from pipeframe.compiler.sql import to_sql
 from pipeframe.compiler.viewplan import ParsedNodes, StateSelect, ViewColumn, ViewPlan
 
@@ -26,10 +28,9 @@ def _params_of(call_args: tuple[exp.Expression, ...]) -> list[str]:
 
 
 def combinator_arguments(state: AggregateState, form: str, call_args: tuple[exp.Expression, ...],
-                         args: list[str], zero: str | None = None) -> tuple[AggregateState, list[str], list[str]]:
+                         args: list[str]) -> tuple[AggregateState, list[str], list[str]]:
     """(state, argument SQL, parameters) of a ClickHouse-style call such as `quantilesState(x, 0.5)` (already
-    preprocessed from `quantilesState(0.5)(x)`) or `sumStateIf(x, cond)`. `zero`: the type of a sum's never-NULL
-    argument, whose rows the condition leaves out count as 0 (ClickHouse's `sumIf` of no row is 0, not NULL)."""
+    preprocessed from `quantilesState(0.5)(x)`) or `sumStateIf(x, cond)`."""
     if form == "MergeState" or form == "Merge":
         return state, args[:1], _params_of(call_args[1:])
     if state.parametric:
@@ -38,22 +39,19 @@ def combinator_arguments(state: AggregateState, form: str, call_args: tuple[exp.
         cond = args[-1]
         if state.kind == "count":
             return BY_KIND["count_if"], [cond], []
-        otherwise = f" ELSE CAST(0 AS {zero})" if zero and state.kind == "sum" else ""
-        return state, [f"CASE WHEN {cond} THEN {a}{otherwise} END" for a in args[:-1]], []
+        return state, [f"CASE WHEN {cond} THEN {a} END" for a in args[:-1]], []
     return state, args, []
 
 
-def resolve_state(ctx: ViewContext, body: exp.Expression, zero: str | None
-                  ) -> tuple[AggregateState, list[str], list[str], str, bool]:
-    """(state, argument SQL, parameters, rewrite note, explicit) for one aggregate projection (`zero`: see
-    combinator_arguments)."""
+def resolve_state(ctx: ViewContext, body: exp.Expression) -> tuple[AggregateState, list[str], list[str], str, bool]:
+    """(state, argument SQL, parameters, rewrite note, explicit) for one aggregate projection."""
     call = call_of(body)
     assert call is not None
     args = [to_sql(a) for a in call.args]
     comb = combinator(call)
     if comb is not None:
         state, form = comb
-        state, args, params = combinator_arguments(state, form, call.args, args, zero)
+        state, args, params = combinator_arguments(state, form, call.args, args)
         return state, args, params, "", form in ("State", "StateIf", "MergeState")
     if call.name == "count" and call.distinct:
         mode = ctx.output.node.count_distinct
@@ -81,10 +79,10 @@ def filtered(state_sql: str, condition: exp.Expression | None) -> str:
     return to_sql(tree)
 
 
-def plan_view(ctx: ViewContext, scope: Scope, not_null: NotNull, star_columns: list[tuple[str, str | None]]
+def plan_view(ctx: ViewContext, scope: Scope, not_null: AbstractSet[str], star_columns: list[tuple[str, str | None]]
               ) -> ViewPlan:
-    """Describe the target columns of an accepted materialized pipe (`not_null`: the names of `scope` that hold no
-    NULL); the state SQL is built on first use."""
+    """Describe the target columns of an accepted materialized pipe (`not_null`: the `source.column` names of `scope`
+    that hold no NULL); the state SQL is built on first use."""
     tree = ctx.output.tree
     rewrites: list[str] = []
     columns: list[ViewColumn] = []
@@ -96,30 +94,31 @@ def plan_view(ctx: ViewContext, scope: Scope, not_null: NotNull, star_columns: l
         rewrites.append("SELECT DISTINCT → GROUP BY every column")
         aggregated = True
     replacements: dict[int, str] = {}  # projection index -> state expression SQL
+    nulls = nulls_of(tree, not_null)
     row_count: str | None = None
     projections = tree.selects if isinstance(tree, exp.Query) else []
     for index, projection in enumerate(projections):
         if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
-            columns.extend(ViewColumn(n, t, value_type=t, not_null=n in not_null) for n, t in star_columns)
+            columns.extend(ViewColumn(n, t, value_type=t, not_null=never_null(exp.column(n), scope, nulls))
+                           for n, t in star_columns)
             keys.extend(n for n, _ in star_columns)
             continue
         name = projection.alias_or_name
         body, condition = unfiltered(projection.this if isinstance(projection, exp.Alias) else projection)
         if select is None or not aggregates_in(projection):
             col_type = infer(body, scope)
-            columns.append(ViewColumn(name, col_type, value_type=col_type, not_null=never_null(body, scope, not_null)))
+            columns.append(ViewColumn(name, col_type, value_type=col_type, not_null=never_null(body, scope, nulls)))
             keys.append(name)
             continue
         call = call_of(body)
         assert call is not None
         arg_types = tuple(infer(a, scope) for a in call.args)
         comb = combinator(call)
-        # Whether the state's value is never NULL: a count's; a sum's when what it sums is never NULL (a sumIf's
-        # left-out rows count as 0 then: it needs the type of that 0), and a merge's when the merged states are not.
-        # A FILTER (WHERE …) that keeps no row of a group leaves its sum NULL.
-        null_free = condition is None and bool(call.args) and never_null(call.args[0], scope, not_null) and (
-            arg_types[0] is not None or comb is None or comb[1] not in ("If", "StateIf"))
-        state, args, params, note, explicit = resolve_state(ctx, body, arg_types[0] if null_free else None)
+        # Whether the state's value is never NULL as read: a count's; a sum's when what it sums is never NULL (read
+        # as 0 where no value was summed, as ClickHouse answers a sumIf that matched no row or a sum over no row), and
+        # a merge's when the merged states are. A FILTER (WHERE …) that keeps no row of a group leaves its sum NULL.
+        null_free = condition is None and bool(call.args) and never_null(call.args[0], scope, nulls)
+        state, args, params, note, explicit = resolve_state(ctx, body)
         if comb is not None and comb[1] in ("MergeState", "Merge"):
             # xMerge(col) over states (a view's target), grouped again, stores their merge, as xMergeState does;
             # reading the target by name finalizes it, so it answers what xMerge answers.

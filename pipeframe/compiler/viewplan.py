@@ -47,6 +47,8 @@ class ViewColumn:
             return col
         state = BY_KIND[self.state]
         sql = state.combine_sql(col) if self.explicit else state.finalize_sql(col, list(self.params))
+        if self.state == "sum" and self.not_null and not self.explicit:  # no value summed: 0, as in ClickHouse
+            sql = f"coalesce({sql}, {f'CAST(0 AS {self.type})' if self.type else '0'})"
         return f"{sql} AS {col}"
 
 

@@ -73,7 +73,7 @@ EXTRA_PIPES = {
         {"n": exact, "sy": exact}),
     "inv_global": (
         "SELECT count() AS n, sum(coalesce(lat, 0)) AS sl, avg(x) AS ax FROM events",
-        "SELECT count(*) AS n, sum(coalesce(lat, 0)) AS sl, avg(x) AS ax FROM events",
+        "SELECT count(*) AS n, coalesce(sum(coalesce(lat, 0)), 0) AS sl, avg(x) AS ax FROM events",
         (),
         {"n": exact, "sl": exact, "ax": close}),
     # States that cannot be subtracted, keyed by each kind of group key (a truncation, a date, a string and an int
