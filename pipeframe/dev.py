@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pipeframe.server import Service
 
 # Files whose change means a new build; anything else (editor swap files, the warehouse) is ignored.
-WATCHED_SUFFIXES = (".datasource", ".pipe", ".incl", ".yaml", ".yml", ".ndjson", ".csv", ".parquet")
+WATCHED_SUFFIXES = (".datasource", ".pipe", ".connection", ".incl", ".yaml", ".yml", ".ndjson", ".csv", ".parquet")
 DEBOUNCE_S = 0.05  # editors often write a file in several events; wait until they settle
 TABLELESS_KINDS = ("endpoint", "copy", "pipe")  # resources whose change moves no data
 

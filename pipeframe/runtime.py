@@ -1,6 +1,6 @@
-"""The long-running parts of one pipeframe process, built in one place (`Runtime`): the group committer that appends
-and the events API share, the continuous materializer each commit wakes, and the background jobs beside them
-(COPY_SCHEDULE crons). A `Project` has one (`Project.runtime`), kept across the project's reloads; `serve` and `dev`
+"""The long-running parts of one pipeframe process, built in one place (`Runtime`): the group committer that appends,
+the events API and the Kafka consumers (connectors/kafka.py) share, the continuous materializer each commit wakes,
+and the background jobs beside them (COPY_SCHEDULE crons). A `Project` has one (`Project.runtime`), kept across the project's reloads; `serve` and `dev`
 serve with it (`server.Service`), `pipeframe refresh --follow` runs its rounds in the calling thread (`follow`).
 
 One shutdown path (`stop`): the committer commits what it holds and answers its waiters, the jobs stop, then the
@@ -53,6 +53,7 @@ class Runtime:
         self._build(project)
 
     def _build(self, project: Project) -> None:
+        from pipeframe.connectors.kafka import KafkaIngest
         from pipeframe.engine.continuous import ContinuousMaterializer
         from pipeframe.engine.groupcommit import GroupCommitter
 
@@ -61,6 +62,7 @@ class Runtime:
         self.committer: GroupCommitter = GroupCommitter(
             project.spark, project.warehouse, lambda name: self.current().landing_target(name),
             project.config.ingest, on_commit=self.materializer.committed)
+        self.kafka = KafkaIngest(self)  # every Kafka datasource consumed into the committer
 
     def serve(self, current: Callable[[], Project], jobs: Iterable[Job] = ()) -> None:
         """Work for the project `current()` gives from now on (a server's), with `jobs` beside it."""
@@ -85,7 +87,9 @@ class Runtime:
         self._build(self.current())  # stopped for good: a later server or append of this process starts afresh
 
     def _order(self) -> list[Job]:
-        return [self.materializer, *self.jobs, _Flush(self.committer)]
+        # Stopped in reverse: the consumers stop sending (their requests in flight land), then the committer commits
+        # what it holds, then the jobs and the materializer.
+        return [self.materializer, *self.jobs, _Flush(self.committer), self.kafka]
 
     def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
                on_error: Callable[[Exception], None] | None = None) -> None:

@@ -90,3 +90,14 @@ def make_project(tmp_path: Path):
         return write_project(tmp_path / "proj", {**base, **files})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory):
+    """A real Apache Kafka broker (tests/kafka/broker.py: one KRaft node, jars from Maven Central, cached), started
+    once per test session (so once per pytest-xdist worker that runs a test using it) on free ports on 127.0.0.1 and
+    stopped when the session ends. Tests use topics and groups of their own."""
+    from tests.kafka.broker import KafkaBroker
+
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker

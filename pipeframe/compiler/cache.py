@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeframe.compiler.compile import fingerprint
 from pipeframe.datafiles.lexer import Inputs, file_digest
-from pipeframe.datafiles.model import Datasource, Pipe
+from pipeframe.datafiles.model import Connection, Datasource, Pipe
 from pipeframe.errors import Diagnostic
 
 CACHE_DIR = Path(".pipeframe") / "cache"  # under the project root; discovery skips `.pipeframe/`
@@ -64,7 +64,7 @@ class CheckCache:
         return cache
 
     # ------------------------------------------------------------------------------------- the loader
-    def parsed(self, rel: str, path: Path) -> tuple[Datasource | Pipe | None, tuple[Diagnostic, ...]] | None:
+    def parsed(self, rel: str, path: Path) -> tuple[Datasource | Pipe | Connection | None, tuple[Diagnostic, ...]] | None:
         """The resource parsed from `rel` and its problems, if neither the file nor any of its inputs changed."""
         digest = self._digest(path)
         if digest is None:  # unreadable: the parser reports it, every time
@@ -81,7 +81,7 @@ class CheckCache:
         self._sources[rel] = fingerprint((rel, digest, files, variables))
         return resource, diagnostics
 
-    def keep(self, rel: str, inputs: Inputs, resource: Datasource | Pipe | None,
+    def keep(self, rel: str, inputs: Inputs, resource: Datasource | Pipe | Connection | None,
              diagnostics: tuple[Diagnostic, ...]) -> None:
         digest = self._reading.get(rel)
         if digest is None:

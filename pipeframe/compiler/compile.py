@@ -302,6 +302,9 @@ class Compiler:
                                 "of the datasource it writes.", pipe.location)
         for pipe in self.resources.pipes:
             self._parse_pipe(pipe, targets)
+        from pipeframe.connectors.spec import check_connections
+
+        self.sink.extend(check_connections(self.resources.connections, self.resources.datasources))
         graph = self._graph(targets)
         cycle = graph.find_cycle()
         if cycle:

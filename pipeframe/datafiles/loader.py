@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Protocol
 
 from pipeframe.datafiles.lexer import Inputs, Lexer
-from pipeframe.datafiles.model import Datasource, Pipe, Resources
+from pipeframe.datafiles.model import Connection, Datasource, Pipe, Resources
 from pipeframe.datafiles.parser import is_identifier, parse_file
 from pipeframe.errors import Diagnostic, DiagnosticSink, Location
 
-RESOURCE_SUFFIXES = (".datasource", ".pipe")
+RESOURCE_SUFFIXES = (".datasource", ".pipe", ".connection")
 FIXTURE_SUFFIXES = (".ndjson", ".csv", ".parquet")
 SKIPPED_DIRS = {".pipeframe", ".git", "__pycache__", ".venv", "node_modules", ".hypothesis", ".pytest_cache"}
 
@@ -45,9 +45,9 @@ class ParseCache(Protocol):
     """Parsed files kept between runs (the check cache): a file's result is reused while its text and its
     Inputs (included files, environment variables) are unchanged."""
 
-    def parsed(self, rel: str, path: Path) -> tuple[Datasource | Pipe | None, tuple[Diagnostic, ...]] | None: ...
+    def parsed(self, rel: str, path: Path) -> tuple[Datasource | Pipe | Connection | None, tuple[Diagnostic, ...]] | None: ...
 
-    def keep(self, rel: str, inputs: Inputs, resource: Datasource | Pipe | None,
+    def keep(self, rel: str, inputs: Inputs, resource: Datasource | Pipe | Connection | None,
              diagnostics: tuple[Diagnostic, ...]) -> None: ...
 
 
@@ -59,6 +59,7 @@ def load_resources(root: Path, ignore: tuple[str, ...] = (), environ: Mapping[st
     sink = DiagnosticSink()
     datasources: list[Datasource] = []
     pipes: list[Pipe] = []
+    connections: list[Connection] = []
     fixtures: list[str] = []
     tests: list[str] = []
     files: list[str] = []
@@ -83,16 +84,19 @@ def load_resources(root: Path, ignore: tuple[str, ...] = (), environ: Mapping[st
                 datasources.append(resource)
             elif isinstance(resource, Pipe):
                 pipes.append(resource)
+            elif isinstance(resource, Connection):
+                connections.append(resource)
         elif suffix in FIXTURE_SUFFIXES:
             fixtures.append(rel)
         elif suffix in (".yaml", ".yml") and "tests" in Path(rel).parts[:-1]:
             tests.append(rel)
-    resources = Resources(tuple(datasources), tuple(pipes), tuple(fixtures), tuple(tests), tuple(files))
+    resources = Resources(tuple(datasources), tuple(pipes), tuple(fixtures), tuple(tests), tuple(files),
+                          tuple(connections))
     return resources, sink.items
 
 
 def _parse(path: Path, rel: str, root: Path, environ: Mapping[str, str], sink: DiagnosticSink,
-           cache: ParseCache | None) -> Datasource | Pipe | None:
+           cache: ParseCache | None) -> Datasource | Pipe | Connection | None:
     """One file's resource and its own problems, all of them (the project's sink drops one another file already
     reported, e.g. from a shared include): from the cache while nothing it was made from changed."""
     kept = cache.parsed(rel, path) if cache is not None else None

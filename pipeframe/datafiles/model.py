@@ -68,6 +68,8 @@ class Datasource:
     backfill: str | None = None  # "skip" or None
     # Where each keyword appeared, for diagnostics (keyword -> location).
     keyword_locations: tuple[tuple[str, Location], ...] = ()
+    # The connector settings it reads rows with (`KAFKA_CONNECTION_NAME`, `KAFKA_TOPIC`, ...), as written.
+    connector: tuple[Setting, ...] = ()
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -78,6 +80,30 @@ class Datasource:
     def setting(self, keyword: str) -> str | None:
         """An ENGINE_* value kept in `engine_settings` (`ENGINE_VER`, `ENGINE_IS_DELETED`, ...), unquoted."""
         return dict(self.engine_settings).get(keyword)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One `KEYWORD value` line of a connection (or a datasource's connector settings), as written: a value may
+    call `tb_secret("NAME", "default")`, resolved only where the connector runs (pipeframe/connectors/)."""
+
+    keyword: str
+    value: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A `.connection` file: how to reach a Kafka cluster or an object store, named by its file."""
+
+    name: str
+    path: str
+    location: Location
+    type: str | None = None  # kafka | s3, as written (lower case); None: no TYPE line
+    settings: tuple[Setting, ...] = ()
+
+    def setting(self, keyword: str) -> Setting | None:
+        return next((s for s in self.settings if s.keyword == keyword), None)
 
 
 @dataclass(frozen=True)
@@ -141,3 +167,4 @@ class Resources:
     fixtures: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()
     files: tuple[str, ...] = field(default_factory=tuple)
+    connections: tuple[Connection, ...] = ()

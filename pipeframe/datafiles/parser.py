@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pipeframe.datafiles.lexer import CONNECTOR_PREFIXES, Lexer, SourceLine, Statement
-from pipeframe.datafiles.model import Column, Datasource, Node, Pipe, Token
+from pipeframe.datafiles.model import Column, Connection, Datasource, Node, Pipe, Setting, Token
 from pipeframe.datafiles.types import TypeProblem, parse_column_type
 from pipeframe.errors import DiagnosticSink, Location
 
@@ -219,13 +219,19 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
     fields: dict = {}
     tokens: list[Token] = []
     settings: list[tuple[str, str]] = []
+    connector: list[Setting] = []
     where: dict[str, Location] = {}
     for st in lexer.statements(path):
         kw = st.keyword.upper()
+        if kw in KAFKA_DATASOURCE_SETTINGS:  # checked against the connection by connectors/spec.py
+            connector.append(Setting(kw, _unquoted(st.text), st.location))
+            where.setdefault("KAFKA", st.location)
+            continue
         if kw.startswith(CONNECTOR_PREFIXES):
-            connector = kw.split("_", 1)[0].title()
-            not_supported_yet(sink, st, f"The {connector} connector",
-                              "Load the rows with `pipeframe append` (or the events API) instead.")
+            what = "This Kafka setting" if kw.startswith("KAFKA_") else f"The {kw.split('_', 1)[0].title()} connector"
+            not_supported_yet(sink, st, what, "Load the rows with `pipeframe append` (or the events API) instead."
+                              if not kw.startswith("KAFKA_") else "Remove the line (docs/connectors.md lists the "
+                              "Kafka settings pipeframe acts on).")
             if kw.startswith("KAFKA_"):
                 where.setdefault("KAFKA", st.location)
             continue
@@ -282,8 +288,38 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
         fields["columns"] = _with_kafka_columns(fields.get("columns", ()), where.pop("KAFKA"), sink)
     return Datasource(
         name=name, path=display, location=location, tokens=tuple(tokens), engine_settings=tuple(settings),
-        keyword_locations=tuple(where.items()), **fields,
+        keyword_locations=tuple(where.items()), connector=tuple(connector), **fields,
     )
+
+
+# The Kafka settings of a datasource pipeframe acts on (the connection's are in connectors/spec.py).
+KAFKA_DATASOURCE_SETTINGS = ("KAFKA_CONNECTION_NAME", "KAFKA_TOPIC", "KAFKA_GROUP_ID", "KAFKA_AUTO_OFFSET_RESET",
+                             "KAFKA_STORE_RAW_VALUE")
+
+
+def _unquoted(text: str) -> str:
+    """A setting's value as Tinybird reads it: `'c'` and `"c"` are `c`."""
+    text = text.strip()
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
+
+
+def parse_connection(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Connection:
+    """A `.connection` file: its TYPE and its settings as written (checked by connectors/spec.py)."""
+    display = lexer.display(path)
+    kind: str | None = None
+    settings: list[Setting] = []
+    seen: set[str] = set()
+    for st in lexer.statements(path):
+        kw = st.keyword.upper()
+        if kw in seen:
+            sink.error("PF101", f"{kw} appears twice.", "Keep one of them.", st.location)
+            continue
+        seen.add(kw)
+        if kw == "TYPE":
+            kind = _unquoted(st.text).lower()
+        else:
+            settings.append(Setting(kw, _unquoted(st.text), st.location))
+    return Connection(path.stem, display, Location(display), kind, tuple(settings))
 
 
 # The columns Tinybird adds to every Kafka datasource (pipes read them, keys use them) when SCHEMA does not list them.
@@ -453,9 +489,11 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
     # ENGINE* and TAGS in a pipe are accepted for Tinybird compatibility; the target datasource owns them.
 
 
-def parse_file(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasource | Pipe | None:
+def parse_file(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasource | Pipe | Connection | None:
     if path.suffix == ".datasource":
         return parse_datasource(path, lexer, sink)
+    if path.suffix == ".connection":
+        return parse_connection(path, lexer, sink)
     if path.suffix == ".pipe":
         return parse_pipe(path, lexer, sink)
     return None

@@ -194,7 +194,7 @@ class Service:
     def ingest_stats(self) -> dict:
         """Per datasource: commits, rows, rows/s, buffer depth and rejected requests (`GET /v0/ingest`)."""
         return {"datasources": self.committer.stats(), "materializer": {
-            "running": self.materializer.running, "rounds": self.materializer.done}}
+            "running": self.materializer.running, "rounds": self.materializer.done}, "kafka": self.runtime.kafka.lag()}
 
     def pause(self, view: str, permanent: bool) -> None:
         with self.lock:

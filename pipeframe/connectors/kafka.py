@@ -1,0 +1,339 @@
+"""Kafka ingest, exactly once: each Kafka datasource (`KAFKA_CONNECTION_NAME`, `KAFKA_TOPIC` in its file) is consumed
+into the group-commit path the events API uses (engine/groupcommit.py), with the consumed offsets committed in the
+same Delta commit as the rows.
+
+How "exactly once" holds:
+- A batch of one partition's messages, offsets `first`..`last`, is submitted as one request with the idempotency key
+  `kafka/<topic>/<partition>/<first>-<last>`. The group committer lands a request whole or not at all and records its
+  key in the commit's metadata (`IngestRecord.keys`), so the rows and the offsets they came from are one commit.
+- Where a partition resumes is read from Delta, not from the broker: on assignment, the highest `last` among the
+  table's committed keys for that partition, plus one (`resume_offsets`). The broker's committed offset is only a
+  hint written after the Delta commit (tools that show consumer lag read it); without a key in Delta (a new
+  datasource), `KAFKA_AUTO_OFFSET_RESET` decides (`latest` by default, as in Tinybird).
+- A partition has at most one request in flight: a request that fails is sent again with the same key (a retry of a
+  commit that did land is answered from the recorded key), so no later batch can land before an earlier one.
+  A process killed at any moment therefore loses and doubles nothing: what it had not committed is read again.
+
+Back-pressure: messages wait in a per-partition buffer while that partition's request is in flight; above
+`MAX_BUFFERED` messages the partition is paused at the broker, and resumed once its buffer has been sent. A broker
+that goes away is waited for (librdkafka reconnects; its errors are logged, never raised).
+
+A message whose value is a JSON object is one NDJSON line with Tinybird's metadata columns added (`__topic`,
+`__partition`, `__offset`, `__timestamp`, `__key`, and `__value` when `KAFKA_STORE_RAW_VALUE true`); anything else is
+sent as it is and lands in quarantine with the parser's reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pipeframe.connectors.spec import environment, resolved
+from pipeframe.errors import PipeframeError
+
+if TYPE_CHECKING:
+    from pipeframe.datafiles.model import Connection, Datasource
+
+log = logging.getLogger("pipeframe.kafka")
+
+MAX_BATCH = 20_000  # messages of one partition in one request
+MAX_BUFFERED = 50_000  # messages of one partition held before it is paused at the broker
+POLL_S = 0.05
+RETRY_S = 0.2  # wait before sending a refused (429) or failed request again
+SYNC_S = 1.0  # how often the job looks for Kafka datasources added or removed by a deploy
+
+
+def key_of(topic: str, partition: int, first: int, last: int) -> str:
+    return f"kafka/{topic}/{partition}/{first}-{last}"
+
+
+def resume_offsets(keys: Mapping[str, object], topic: str) -> dict[int, int]:
+    """Per partition of `topic`, the offset after the last message the table holds (from its committed keys)."""
+    found: dict[int, int] = {}
+    prefix = f"kafka/{topic}/"
+    for key in keys:
+        if key.startswith(prefix):
+            partition, _, span = key[len(prefix):].partition("/")
+            last = int(span.rpartition("-")[2])
+            found[int(partition)] = max(found.get(int(partition), 0), last + 1)
+    return found
+
+
+def line_of(value: bytes | None, topic: str, partition: int, offset: int, timestamp_ms: int | None,
+            key: bytes | None, raw: bool) -> str:
+    """One message as an NDJSON line: the value's object with the metadata columns first (its own keys win)."""
+    text = (value or b"").decode("utf-8", errors="replace").strip()
+    meta: dict[str, Any] = {"__topic": topic, "__partition": partition, "__offset": offset,
+                            "__timestamp": datetime.fromtimestamp((timestamp_ms or 0) / 1000, UTC).strftime(
+                                "%Y-%m-%d %H:%M:%S"),
+                            "__key": (key or b"").decode("utf-8", errors="replace"), "__value": text if raw else ""}
+    if not text.startswith("{"):
+        return text
+    inner = text[1:].lstrip()
+    head = json.dumps(meta, ensure_ascii=False)[:-1]
+    return head + ("}" if inner.startswith("}") else ", " + inner)
+
+
+@dataclass
+class _Partition:
+    buffered: list[tuple[int, str]] = field(default_factory=list)  # (offset, line)
+    in_flight: tuple[Future, list[tuple[int, str]]] | None = None
+    paused: bool = False
+    committed: int | None = None  # the offset after the last message in Delta
+    high: int | None = None  # the broker's high watermark, last seen
+
+
+class KafkaSource:
+    """One Kafka datasource's consumer: a thread reading its topic into `submit(name, lines, key)` (the runtime's
+    group committer), resuming each partition where the table's commits say."""
+
+    def __init__(self, name: str, datasource: Datasource, connection: Connection, environ: Mapping[str, str],
+                 submit: Callable[[str, list[str], str], Future], committed_keys: Callable[[], Mapping[str, object]]
+                 ) -> None:
+        settings = {s.keyword: resolved(s, environ) for s in (*connection.settings, *datasource.connector)}
+        self.name = name
+        self.topic = settings["KAFKA_TOPIC"]
+        self.raw = settings.get("KAFKA_STORE_RAW_VALUE", "false").lower() == "true"
+        self.reset = settings.get("KAFKA_AUTO_OFFSET_RESET", "latest").lower()
+        self.config = {
+            "bootstrap.servers": settings["KAFKA_BOOTSTRAP_SERVERS"],
+            "group.id": settings.get("KAFKA_GROUP_ID") or f"pipeframe-{name}",
+            "security.protocol": settings.get("KAFKA_SECURITY_PROTOCOL", "SASL_SSL").lower(),
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": self.reset, "enable.partition.eof": False,
+        }
+        if "KAFKA_SASL_MECHANISM" in settings or "KAFKA_KEY" in settings:
+            self.config.update({"sasl.mechanisms": settings.get("KAFKA_SASL_MECHANISM", "PLAIN"),
+                                "sasl.username": settings.get("KAFKA_KEY", ""),
+                                "sasl.password": settings.get("KAFKA_SECRET", "")})
+        if settings.get("KAFKA_SSL_CA_PEM"):
+            self.config["ssl.ca.pem"] = settings["KAFKA_SSL_CA_PEM"]
+        self.submit = submit
+        self.committed_keys = committed_keys
+        self.partitions: dict[int, _Partition] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None  # the last error the broker or a commit reported (status shows it)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"pipeframe-kafka-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop consuming; the requests in flight are waited for (what they hold lands or is read again later)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def lag(self) -> dict[str, dict[str, int | None]]:
+        """Per partition: the offset after the last message in Delta, the broker's high watermark, the lag."""
+        with self._lock:
+            return {str(p): {"committed": s.committed, "high": s.high,
+                             "lag": None if s.high is None or s.committed is None else max(0, s.high - s.committed)}
+                    for p, s in sorted(self.partitions.items())}
+
+    # ------------------------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({**self.config, "error_cb": self._broker_error})
+        consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked)
+        seen = 0.0
+        try:
+            while not self._stop.is_set():
+                if time.monotonic() - seen > SYNC_S:  # the broker's high watermarks, for the lag
+                    self._watermarks(consumer)
+                    seen = time.monotonic()
+                for message in consumer.consume(num_messages=MAX_BATCH, timeout=POLL_S):
+                    if message.error() is not None:
+                        self._broker_error(message.error())
+                        continue
+                    state = self.partitions.get(message.partition())
+                    if state is None:  # revoked meanwhile
+                        continue
+                    state.buffered.append((message.offset(), line_of(
+                        message.value(), self.topic, message.partition(), message.offset(),
+                        message.timestamp()[1], message.key(), self.raw)))
+                self._pump(consumer)
+            self._drain(consumer, list(self.partitions))
+        finally:
+            consumer.close()
+
+    def _pump(self, consumer: Any) -> None:
+        from confluent_kafka import TopicPartition
+
+        for partition, state in list(self.partitions.items()):
+            if state.in_flight is not None and state.in_flight[0].done():
+                self._settled(consumer, partition, state)
+            if state.in_flight is None and state.buffered:
+                batch, state.buffered = state.buffered[:MAX_BATCH], state.buffered[MAX_BATCH:]
+                self._send(partition, state, batch)
+            full = len(state.buffered) >= MAX_BUFFERED
+            if full != state.paused:
+                (consumer.pause if full else consumer.resume)([TopicPartition(self.topic, partition)])
+                state.paused = full
+
+    def _send(self, partition: int, state: _Partition, batch: list[tuple[int, str]]) -> None:
+        key = key_of(self.topic, partition, batch[0][0], batch[-1][0])
+        try:
+            future = self.submit(self.name, [line for _, line in batch], key)
+        except PipeframeError as err:  # refused (buffer full, 429) or stopping (503): sent again shortly
+            future = Future()
+            future.set_exception(err)
+        state.in_flight = (future, batch)
+
+    def _settled(self, consumer: Any, partition: int, state: _Partition) -> None:
+        from confluent_kafka import TopicPartition
+
+        assert state.in_flight is not None
+        future, batch = state.in_flight
+        state.in_flight = None
+        error = future.exception()
+        if error is not None:
+            self.error = str(error)
+            log.warning("Kafka datasource %s: the commit of partition %d offsets %d-%d failed (%s); sending it again",
+                        self.name, partition, batch[0][0], batch[-1][0], error)
+            if not self._stop.wait(RETRY_S):
+                self._send(partition, state, batch)  # the same key: a commit that did land is not repeated
+            return
+        with self._lock:
+            state.committed = batch[-1][0] + 1
+        consumer.commit(offsets=[TopicPartition(self.topic, partition, state.committed)], asynchronous=True)
+
+    def _drain(self, consumer: Any, partitions: list[int]) -> None:
+        """Wait for the requests in flight of `partitions` (stopping, or a rebalance taking them away)."""
+        for partition in partitions:
+            state = self.partitions.get(partition)
+            if state is not None and state.in_flight is not None:
+                try:
+                    state.in_flight[0].result(timeout=60)
+                except Exception as err:  # noqa: BLE001 — not landed, whatever failed: the next owner reads it again
+                    log.warning("Kafka datasource %s: partition %d's last batch did not land (%s)",
+                                self.name, partition, err)
+                else:
+                    self._settled(consumer, partition, state)
+
+    # ------------------------------------------------------------------------------------ rebalances
+    def _assigned(self, consumer: Any, assigned: list) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
+        offsets = resume_offsets(self.committed_keys(), self.topic)
+        for tp in assigned:
+            known = offsets.get(tp.partition)
+            tp.offset = known if known is not None else (OFFSET_BEGINNING if self.reset == "earliest" else OFFSET_END)
+            with self._lock:
+                self.partitions[tp.partition] = _Partition(committed=known)
+        consumer.assign(assigned)
+
+    def _revoked(self, consumer: Any, revoked: list) -> None:
+        self._drain(consumer, [tp.partition for tp in revoked])
+        with self._lock:
+            for tp in revoked:
+                self.partitions.pop(tp.partition, None)
+
+    def _watermarks(self, consumer: Any) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        for partition, state in list(self.partitions.items()):
+            try:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=2,
+                                                            cached=False)
+            except KafkaException as err:  # the broker is away: the lag shows what was last seen
+                self._broker_error(err)
+                return
+            with self._lock:
+                state.high = high
+
+    def _broker_error(self, error: Any) -> None:
+        self.error = str(error)
+        log.warning("Kafka datasource %s: %s", self.name, error)
+
+
+class KafkaIngest:
+    """The runtime's job that consumes every deployed Kafka datasource of the project it works for (`serve`, `dev`):
+    a `KafkaSource` per datasource, started and stopped as deploys add and remove them."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.sources: dict[str, KafkaSource] = {}
+        self.failed: dict[str, str] = {}  # datasource -> why its consumer could not start (a secret not set, ...)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, service: Any) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="pipeframe-kafka", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception:  # a deploy under way: the next look tries again
+                log.exception("Kafka datasources could not be read")
+            self._stop.wait(SYNC_S)
+
+    def sync(self) -> None:
+        """Start a consumer for each Kafka datasource the project has deployed, stop those it no longer has."""
+        project = self.runtime.current()
+        wanted = kafka_datasources(project)
+        for name in set(self.sources) - set(wanted):
+            self.sources.pop(name).stop()
+        for name, (datasource, connection) in wanted.items():
+            if name in self.sources:
+                continue
+            try:
+                source = KafkaSource(name, datasource, connection, environment(project.root, project.environ),
+                                     lambda *args: self.runtime.committer.submit(*args), lambda n=name: self._keys(n))
+            except PipeframeError as err:  # e.g. PF112: told once, tried again at each look (a .env edited)
+                if self.failed.get(name) != str(err):
+                    log.error("Kafka datasource %s is not consumed: %s", name, err)
+                self.failed[name] = str(err)
+                continue
+            self.failed.pop(name, None)
+            source.start()
+            self.sources[name] = source
+
+    def _keys(self, name: str) -> Mapping[str, object]:
+        from pipeframe.engine.groupcommit import committed_keys
+
+        project = self.runtime.current()
+        table, _ = project.landing_target(name)
+        return committed_keys(project.spark, table.path, limit=None)
+
+    def stop(self) -> None:
+        """Stop every consumer (their requests in flight land first); the committer is stopped after this."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        for source in self.sources.values():
+            source.stop()
+        self.sources.clear()
+
+    def lag(self) -> dict[str, dict]:
+        """What `GET /v0/ingest` shows of each Kafka datasource (`kafka`)."""
+        return {**{name: {"topic": None, "partitions": {}, "error": why} for name, why in self.failed.items()},
+                **{name: {"topic": s.topic, "partitions": s.lag(), "error": s.error} for name, s in self.sources.items()}}
+
+
+def kafka_datasources(project: Any) -> dict[str, tuple[Datasource, Connection]]:
+    """The project's deployed Kafka datasources, each with its connection."""
+    resources = project.compiled.resources
+    connections = {c.name: c for c in resources.connections}
+    if not connections:
+        return {}
+    deployed = project.warehouse.snapshot()
+    found = {}
+    for ds in resources.datasources:
+        named = next((s.value for s in ds.connector if s.keyword == "KAFKA_CONNECTION_NAME"), None)
+        if named in connections and deployed.table(ds.name) is not None:
+            found[ds.name] = (ds, connections[named])
+    return found
