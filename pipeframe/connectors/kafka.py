@@ -24,7 +24,6 @@ sent as it is and lands in quarantine with the parser's reason."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -60,24 +59,34 @@ def resume_offsets(keys: Mapping[str, object], topic: str) -> dict[int, int]:
     for key in keys:
         if key.startswith(prefix):
             partition, _, span = key[len(prefix):].partition("/")
-            last = int(span.rpartition("-")[2])
-            found[int(partition)] = max(found.get(int(partition), 0), last + 1)
+            try:
+                number, last = int(partition), int(span.rpartition("-")[2])
+            except ValueError:  # another writer's key that only looks like ours
+                continue
+            found[number] = max(found.get(number, 0), last + 1)
     return found
 
 
 def line_of(value: bytes | None, topic: str, partition: int, offset: int, timestamp_ms: int | None,
             key: bytes | None, raw: bool) -> str:
-    """One message as an NDJSON line: the value's object with the metadata columns first (its own keys win)."""
-    text = (value or b"").decode("utf-8", errors="replace").strip()
+    """One message as an NDJSON line: the value's object with the metadata columns added (a value's own key of
+    that name wins). A value that is not a JSON object in UTF-8 (an empty one, a tombstone) is sent as a JSON
+    string, which the parser quarantines with its reason."""
+    import orjson
+
+    try:
+        parsed = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return orjson.dumps((value or b"").decode("utf-8", errors="replace")).decode()
+    at = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms is not None and timestamp_ms >= 0 \
+        else datetime.now(UTC)  # a message without a timestamp: when it was read
     meta: dict[str, Any] = {"__topic": topic, "__partition": partition, "__offset": offset,
-                            "__timestamp": datetime.fromtimestamp((timestamp_ms or 0) / 1000, UTC).strftime(
-                                "%Y-%m-%d %H:%M:%S"),
-                            "__key": (key or b"").decode("utf-8", errors="replace"), "__value": text if raw else ""}
-    if not text.startswith("{"):
-        return text
-    inner = text[1:].lstrip()
-    head = json.dumps(meta, ensure_ascii=False)[:-1]
-    return head + ("}" if inner.startswith("}") else ", " + inner)
+                            "__timestamp": at.strftime("%Y-%m-%d %H:%M:%S"),
+                            "__key": (key or b"").decode("utf-8", errors="replace"),
+                            "__value": (value or b"").decode("utf-8") if raw else ""}
+    return orjson.dumps({**meta, **parsed}).decode()
 
 
 @dataclass
@@ -87,6 +96,7 @@ class _Partition:
     paused: bool = False
     committed: int | None = None  # the offset after the last message in Delta
     high: int | None = None  # the broker's high watermark, last seen
+    next: int | None = None  # the offset expected next: one already read (fetched before a seek) is dropped
 
 
 class KafkaSource:
@@ -127,7 +137,7 @@ class KafkaSource:
         self._thread = threading.Thread(target=self._run, name=f"pipeframe-kafka-{self.name}", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 300.0) -> None:
         """Stop consuming; the requests in flight are waited for (what they hold lands or is read again later)."""
         self._stop.set()
         if self._thread is not None:
@@ -141,7 +151,18 @@ class KafkaSource:
                     for p, s in sorted(self.partitions.items())}
 
     # ------------------------------------------------------------------------------------ the loop
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _run(self) -> None:
+        try:
+            self._consume()
+        except Exception as err:
+            self.error = f"the consumer stopped: {err}"
+            log.exception("Kafka datasource %s: the consumer stopped", self.name)
+
+    def _consume(self) -> None:
         from confluent_kafka import Consumer
 
         consumer = Consumer({**self.config, "error_cb": self._broker_error})
@@ -157,8 +178,9 @@ class KafkaSource:
                         self._broker_error(message.error())
                         continue
                     state = self.partitions.get(message.partition())
-                    if state is None:  # revoked meanwhile
-                        continue
+                    if state is None or (state.next is not None and message.offset() < state.next):
+                        continue  # revoked meanwhile, or read already
+                    state.next = message.offset() + 1
                     state.buffered.append((message.offset(), line_of(
                         message.value(), self.topic, message.partition(), message.offset(),
                         message.timestamp()[1], message.key(), self.raw)))
@@ -185,7 +207,7 @@ class KafkaSource:
         key = key_of(self.topic, partition, batch[0][0], batch[-1][0])
         try:
             future = self.submit(self.name, [line for _, line in batch], key)
-        except PipeframeError as err:  # refused (buffer full, 429) or stopping (503): sent again shortly
+        except Exception as err:  # noqa: BLE001 — refused (429), stopping (503), a deploy under way: sent again
             future = Future()
             future.set_exception(err)
         state.in_flight = (future, batch)
@@ -209,28 +231,33 @@ class KafkaSource:
         consumer.commit(offsets=[TopicPartition(self.topic, partition, state.committed)], asynchronous=True)
 
     def _drain(self, consumer: Any, partitions: list[int]) -> None:
-        """Wait for the requests in flight of `partitions` (stopping, or a rebalance taking them away)."""
+        """Wait for the requests in flight of `partitions` (stopping, or a rebalance taking them away): as long as
+        they take, since the committer answers each one (committed or failed) and a partition given up while its
+        request is still queued could be committed again by its next owner."""
         for partition in partitions:
             state = self.partitions.get(partition)
             if state is not None and state.in_flight is not None:
                 try:
-                    state.in_flight[0].result(timeout=60)
+                    state.in_flight[0].result()
                 except Exception as err:  # noqa: BLE001 — not landed, whatever failed: the next owner reads it again
                     log.warning("Kafka datasource %s: partition %d's last batch did not land (%s)",
                                 self.name, partition, err)
+                    state.in_flight = None
                 else:
                     self._settled(consumer, partition, state)
 
     # ------------------------------------------------------------------------------------ rebalances
     def _assigned(self, consumer: Any, assigned: list) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
         offsets = resume_offsets(self.committed_keys(), self.topic)
         for tp in assigned:
             known = offsets.get(tp.partition)
-            tp.offset = known if known is not None else (OFFSET_BEGINNING if self.reset == "earliest" else OFFSET_END)
+            if known is not None:  # what the table holds decides
+                tp.offset = known
+            # else (nothing of it in the table's history: a new datasource, a rebuilt table, a history cleaned up)
+            # the group's committed offset, written after each Delta commit, then KAFKA_AUTO_OFFSET_RESET
             with self._lock:
-                self.partitions[tp.partition] = _Partition(committed=known)
+                self.partitions[tp.partition] = _Partition(committed=known, next=known)
         consumer.assign(assigned)
 
     def _revoked(self, consumer: Any, revoked: list) -> None:
@@ -259,12 +286,14 @@ class KafkaSource:
 
 class KafkaIngest:
     """The runtime's job that consumes every deployed Kafka datasource of the project it works for (`serve`, `dev`):
-    a `KafkaSource` per datasource, started and stopped as deploys add and remove them."""
+    a `KafkaSource` per datasource, started and stopped as deploys add and remove them, started again if its
+    consumer stopped on an error."""
 
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.sources: dict[str, KafkaSource] = {}
         self.failed: dict[str, str] = {}  # datasource -> why its consumer could not start (a secret not set, ...)
+        self._lock = threading.Lock()  # sources and failed: the sync thread, stop() and lag() share them
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -282,25 +311,31 @@ class KafkaIngest:
             self._stop.wait(SYNC_S)
 
     def sync(self) -> None:
-        """Start a consumer for each Kafka datasource the project has deployed, stop those it no longer has."""
+        """Start a consumer for each Kafka datasource the project has deployed (again, for one whose consumer
+        stopped on an error), stop those it no longer has."""
         project = self.runtime.current()
         wanted = kafka_datasources(project)
-        for name in set(self.sources) - set(wanted):
-            self.sources.pop(name).stop()
+        committer = self.runtime.committer  # bound now: a runtime stopped meanwhile builds a new one
+        with self._lock:
+            gone = [self.sources.pop(name) for name in list(self.sources)
+                    if name not in wanted or not self.sources[name].alive]
+        for source in gone:
+            source.stop()
         for name, (datasource, connection) in wanted.items():
-            if name in self.sources:
-                continue
-            try:
-                source = KafkaSource(name, datasource, connection, environment(project.root, project.environ),
-                                     lambda *args: self.runtime.committer.submit(*args), lambda n=name: self._keys(n))
-            except PipeframeError as err:  # e.g. PF112: told once, tried again at each look (a .env edited)
-                if self.failed.get(name) != str(err):
-                    log.error("Kafka datasource %s is not consumed: %s", name, err)
-                self.failed[name] = str(err)
-                continue
-            self.failed.pop(name, None)
-            source.start()
-            self.sources[name] = source
+            with self._lock:
+                if name in self.sources or self._stop.is_set():
+                    continue
+                try:
+                    source = KafkaSource(name, datasource, connection, environment(project.root, project.environ),
+                                         committer.submit, lambda n=name: self._keys(n))
+                except PipeframeError as err:  # e.g. PF112: told once, tried again at each look (a .env edited)
+                    if self.failed.get(name) != str(err):
+                        log.error("Kafka datasource %s is not consumed: %s", name, err)
+                    self.failed[name] = str(err)
+                    continue
+                self.failed.pop(name, None)
+                source.start()
+                self.sources[name] = source
 
     def _keys(self, name: str) -> Mapping[str, object]:
         from pipeframe.engine.groupcommit import committed_keys
@@ -313,15 +348,18 @@ class KafkaIngest:
         """Stop every consumer (their requests in flight land first); the committer is stopped after this."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(10)
-        for source in self.sources.values():
+            self._thread.join()
+        with self._lock:
+            sources, self.sources = list(self.sources.values()), {}
+        for source in sources:
             source.stop()
-        self.sources.clear()
 
     def lag(self) -> dict[str, dict]:
         """What `GET /v0/ingest` shows of each Kafka datasource (`kafka`)."""
-        return {**{name: {"topic": None, "partitions": {}, "error": why} for name, why in self.failed.items()},
-                **{name: {"topic": s.topic, "partitions": s.lag(), "error": s.error} for name, s in self.sources.items()}}
+        with self._lock:
+            failed, sources = dict(self.failed), dict(self.sources)
+        return {**{name: {"topic": None, "partitions": {}, "error": why} for name, why in failed.items()},
+                **{name: {"topic": s.topic, "partitions": s.lag(), "error": s.error} for name, s in sources.items()}}
 
 
 def kafka_datasources(project: Any) -> dict[str, tuple[Datasource, Connection]]:

@@ -109,6 +109,7 @@ class _Queue:
         self.pending: list[_Request] = []
         self.waiting: dict[str, Future] = {}  # idempotency keys of requests not committed yet
         self.keys: dict[str, IngestResult] | None = None  # committed keys, read on first use
+        self.keys_of: str | None = None  # the table (path) they were read from: a re-created table has its own
         self.stats = IngestStats()
         self.thread: threading.Thread | None = None
         self.committed = 0.0  # when the last commit ended (time.monotonic)
@@ -204,8 +205,8 @@ class GroupCommitter:
             return self._queues[name]
 
     def _keys(self, queue: _Queue, table: DeployedResource) -> dict[str, IngestResult]:
-        if queue.keys is None:
-            queue.keys = committed_keys(self.spark, table.path or "")
+        if queue.keys is None or queue.keys_of != table.path:
+            queue.keys, queue.keys_of = committed_keys(self.spark, table.path or ""), table.path
         return queue.keys
 
     def _run(self, queue: _Queue) -> None:
@@ -274,6 +275,9 @@ class GroupCommitter:
             with queue.cond:
                 self._settle(queue, group)
                 stats.failed += len(group)
+                # A commit can fail after it landed (an unclear storage error): its keys are read again before a
+                # retry of the same key is answered, so the retry finds them rather than committing twice.
+                queue.keys = None
             error = exc if isinstance(exc, PipeframeError) else PipeframeError(
                 "PF718", f"Cannot commit rows to `{queue.name}`: {first_line(exc)}",
                 "Nothing of the request landed: send it again (with the same Idempotency-Key).", http_status=503)

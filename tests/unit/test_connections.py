@@ -111,14 +111,18 @@ def test_a_message_becomes_a_line_with_the_metadata_columns_and_its_own_keys():
     assert json.loads(line) == {"__topic": "clicks", "__partition": 2, "__offset": 41,
                                 "__timestamp": "2023-11-14 22:13:20", "__key": "k",
                                 "__value": '{"user": "u1", "n": 3}', "user": "u1", "n": 3}
-    assert json.loads(line_of(b"{}", "t", 0, 0, None, None, raw=False)) == {
+    own = json.loads(line_of(b' {"__key": "mine", "a": {"__topic": 1}}', "t", 0, 0, 0, b"k", raw=False))
+    assert own["__key"] == "mine" and own["a"] == {"__topic": 1} and own["__topic"] == "t"  # its own key wins
+    assert json.loads(line_of(b"{}", "t", 0, 0, 0, None, raw=False)) == {
         "__topic": "t", "__partition": 0, "__offset": 0, "__timestamp": "1970-01-01 00:00:00", "__key": "",
         "__value": ""}
-    assert line_of(b"not json", "t", 0, 7, None, None, raw=False) == "not json"  # quarantined by the parser
+    # not a JSON object: a JSON string, which the parser quarantines with the message's text
+    assert [json.loads(line_of(v, "t", 0, 7, 0, None, raw=False)) for v in (b"not json", b"", None, b"[1]")] == [
+        "not json", "", "", "[1]"]
 
 
 def test_each_partition_resumes_after_the_last_offset_its_table_holds():
     keys = {key_of("clicks", 0, 0, 99): None, key_of("clicks", 0, 100, 149): None, key_of("clicks", 3, 0, 9): None,
-            key_of("other", 1, 0, 500): None, "events-api-key": None}
+            key_of("other", 1, 0, 500): None, "events-api-key": None, "kafka/clicks/x/1-2": None}
     assert resume_offsets(keys, "clicks") == {0: 150, 3: 10}
     assert resume_offsets({}, "clicks") == {}
