@@ -203,12 +203,12 @@ def serve_process(root: Path, log: Path) -> subprocess.Popen:
 def test_a_server_killed_at_random_moments_while_messages_flow_lands_each_message_once(project, broker, tmp_path):
     """Messages produced steadily while `pipeframe serve` is SIGKILLed KILLS times at random moments after it made
     progress (its JVM with it), then served again: each message is in the datasource and its view exactly once."""
-    total = 1200
+    total = 600 * KILLS  # produced at 40 a second: about 15 s of messages flowing per kill
     values = [clicks(i % 11, i % 97) for i in range(total)]
     stop = threading.Event()
 
     def producer() -> None:
-        for start in range(0, total, 40):  # over half a minute: the first kills land while messages flow
+        for start in range(0, total, 40):
             produce(broker, values[start:start + 40], start, topic="crashes")
             if stop.wait(1.0):
                 return
