@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from pipeframe.connectors.spec import environment, resolved
 from pipeframe.errors import PipeframeError
 
@@ -72,8 +74,6 @@ def line_of(value: bytes | None, topic: str, partition: int, offset: int, timest
     """One message as an NDJSON line: the value's object with the metadata columns added (a value's own key of
     that name wins). A value that is not a JSON object in UTF-8 (an empty one, a tombstone) is sent as a JSON
     string, which the parser quarantines with its reason."""
-    import orjson
-
     try:
         parsed = orjson.loads(value or b"")
     except orjson.JSONDecodeError:
@@ -248,7 +248,6 @@ class KafkaSource:
 
     # ------------------------------------------------------------------------------------ rebalances
     def _assigned(self, consumer: Any, assigned: list) -> None:
-
         offsets = resume_offsets(self.committed_keys(), self.topic)
         for tp in assigned:
             known = offsets.get(tp.partition)

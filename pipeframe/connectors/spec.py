@@ -113,7 +113,7 @@ def _settings(code: str, what: str, settings: tuple[Setting, ...], rules: Mappin
 
 
 def _plain(value: str) -> str:
-    text = value.strip().strip("\"'")
+    text = value.strip()  # already unquoted by the parser
     return text.lower() if text.lower() in ("earliest", "latest", "true", "false") else text.upper()
 
 
@@ -140,4 +140,4 @@ def resolved(setting: Setting, environ: Mapping[str, str]) -> str:
             f"Set the environment variable {name}, add `{name}=...` to .env next to pipeframe.yaml, or give "
             f'tb_secret a default: tb_secret("{name}", "...").', setting.location)
 
-    return SECRET.sub(secret, setting.value).strip().strip("\"'")
+    return SECRET.sub(secret, setting.value).strip()  # quotes around the value were taken off by the parser

@@ -109,10 +109,7 @@ def _single_value(st: Statement, sink: DiagnosticSink) -> str:
 
 def _engine_value(st: Statement, sink: DiagnosticSink) -> str:
     """An ENGINE_* value; Tinybird writes them bare or quoted (`ENGINE_SORTING_KEY "hour, name"`)."""
-    value = _single_value(st, sink).strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" and value[0] not in value[1:-1]:
-        value = value[1:-1].strip()
-    return value
+    return _unquoted(_single_value(st, sink))
 
 
 # ---------------------------------------------------------------------------------------------- columns
@@ -298,9 +295,11 @@ KAFKA_DATASOURCE_SETTINGS = ("KAFKA_CONNECTION_NAME", "KAFKA_TOPIC", "KAFKA_GROU
 
 
 def _unquoted(text: str) -> str:
-    """A setting's value as Tinybird reads it: `'c'` and `"c"` are `c`."""
+    """A value as Tinybird reads it, bare or quoted: `'c'` and `"c"` are `c` (not `"a" || "b"`)."""
     text = text.strip()
-    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" and text[0] not in text[1:-1]:
+        return text[1:-1].strip()
+    return text
 
 
 def parse_connection(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Connection:

@@ -26,20 +26,13 @@ from pipeframe.project import Project
 from pipeframe.server import Service, start_server
 from tests.kafka.broker import KafkaBroker
 from tests.spark.conftest import deployed
+from tests.unit.test_connections import CLICKS as KAFKA_CLICKS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kafka
 
-CLICKS = """\
-SCHEMA >
-    `user` String `json:$.user`,
-    `n` Int32 `json:$.n`
-
-KAFKA_CONNECTION_NAME local_kafka
-KAFKA_TOPIC clicks
-KAFKA_GROUP_ID {{ tb_secret("CLICKS_GROUP", "pipeframe-clicks") }}
-KAFKA_AUTO_OFFSET_RESET earliest
-"""
+# The unit tests' Kafka datasource, with its consumer group from a secret's default.
+CLICKS = KAFKA_CLICKS + 'KAFKA_GROUP_ID {{ tb_secret("CLICKS_GROUP", "pipeframe-clicks") }}\n'
 BY_USER = """\
 NODE by_user
 SQL >
