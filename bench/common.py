@@ -13,6 +13,11 @@ def summary(values: list[float]) -> dict:
             "max": round(max(values), 3), "runs": [round(v, 3) for v in values]}
 
 
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    """`round`, passing None through (a figure that was not measured)."""
+    return None if value is None else round(value, digits)
+
+
 def ratio(slow: list[float], fast: list[float]) -> dict:
     """slow[i] / fast[i] for runs measured side by side, as min / median / max."""
     pairs = [s / f for s, f in zip(slow, fast, strict=True)]

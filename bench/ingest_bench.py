@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Self
 
 import report
-from common import ratio, summary
+from common import ratio, rounded, summary
 from scenario import ENDPOINT_COUNT, SECONDS_PER_ROW, START_EPOCH, write_pipeframe_project
 
 from pipeframe.plan import records
@@ -190,11 +190,10 @@ def request_figures(records: Sequence[tuple[float, float, int]], window: tuple[f
 
 
 def latency_figures(latencies: Sequence[float]) -> dict:
-    def rounded(q: float) -> float | None:
-        value = percentile(latencies, q)
-        return None if value is None else round(value, 3)
+    def at(q: float) -> float | None:
+        return rounded(percentile(latencies, q))
 
-    return {"latency_p50_s": rounded(50), "latency_p95_s": rounded(95), "latency_p99_s": rounded(99),
+    return {"latency_p50_s": at(50), "latency_p95_s": at(95), "latency_p99_s": at(99),
             "latency_max_s": round(max(latencies), 3) if latencies else None}
 
 
@@ -400,22 +399,27 @@ def drive(url: str, payloads: list[bytes], clients: int, warmup: float, seconds:
 
 
 def drive_paced(url: str, payloads: list[bytes], rate: float, warmup: float, seconds: float,
-                connections: int = 256, landing: str = "events") -> tuple[list, tuple]:
+                connections: int = 256, landing: str = "events", key_prefix: str | None = None) -> tuple[list, tuple]:
     """Open loop: request i is due at begin + i / rate whatever the answers before it, for warmup + seconds, sent on
     the first free one of up to `connections` keep-alive connections. Returns the records (due, end, status) and the
     measured window, on time.time(): a request's latency counts from when it was due, so a server answering slower
     than the rate cannot hide it by slowing the sender down (as a closed loop does). One asyncio loop writes
     prebuilt HTTP/1.1 requests and reads the answers (status line, headers, Content-Length body): a thread per
     request and a full HTTP client cost more CPU than the server's own work per 10-row request, and on two shared
-    cores they made the sender, not the server, fall behind."""
+    cores they made the sender, not the server, fall behind. `key_prefix`: request i carries the Idempotency-Key
+    `<key_prefix><i>` (bench/kafka_bench.py finds each request's commit by it)."""
     import asyncio
     from urllib.parse import urlsplit
 
     address = urlsplit(url)
     host, port = address.hostname or "127.0.0.1", address.port or 80
-    requests = [(f"POST /v0/events?name={landing} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                 f"Content-Type: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
-                for body in payloads]
+    heads = [(f"POST /v0/events?name={landing} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+              f"Content-Type: application/x-ndjson\r\nContent-Length: {len(body)}\r\n").encode() for body in payloads]
+
+    def request(number: int) -> bytes:
+        key = f"Idempotency-Key: {key_prefix}{number}\r\n".encode() if key_prefix is not None else b""
+        return heads[number % len(heads)] + key + b"\r\n" + payloads[number % len(payloads)]
+
     records: list[tuple[float, float, int]] = []
 
     async def answer(reader: asyncio.StreamReader) -> int:
@@ -461,7 +465,7 @@ def drive_paced(url: str, payloads: list[bytes], rate: float, warmup: float, sec
             if when >= end:
                 break
             await asyncio.sleep(max(0.0, when - time.time()))
-            tasks.append(loop.create_task(send(when, requests[number % len(requests)])))
+            tasks.append(loop.create_task(send(when, request(number))))
         await asyncio.gather(*tasks)
         while not free.empty():
             free.get_nowait()[1].close()
@@ -516,21 +520,21 @@ def visibility(snapshot, landing: str, window: tuple[float, float]) -> dict:
     for name, delays in per_view.items():
         seen = [d for d in delays if d is not None]
         view_commits = [m for m in marks[chain_path(snapshot, name)] if window[0] <= m.epoch <= window[1] + 60]
-        out["views"][name] = {"p50_s": _round(percentile(seen, 50)), "p95_s": _round(percentile(seen, 95)),
-                              "max_s": _round(max(seen, default=None)), "not_visible": len(delays) - len(seen),
+        out["views"][name] = {"p50_s": rounded(percentile(seen, 50)), "p95_s": rounded(percentile(seen, 95)),
+                              "max_s": rounded(max(seen, default=None)), "not_visible": len(delays) - len(seen),
                               "view_commits": len(view_commits)}
     slowest = max(out["views"].values(), key=lambda v: v["p95_s"] or 0, default=None)
     out["p95_slowest_view_s"] = slowest["p95_s"] if slowest else None
     every = [max(ds) for ds in zip(*per_view.values(), strict=True) if None not in ds]
-    out["p95_all_views_s"] = _round(percentile(every, 95))
+    out["p95_all_views_s"] = rounded(percentile(every, 95))
     rows = [int(c.metrics.get("numOutputRows") or 0) for c in source]
     requests = [c.metadata.requests for c in source]
     gaps = [b.epoch - a.epoch for a, b in itertools.pairwise(source)]
-    out["commits"] = {"count": len(source), "rows_median": _round(statistics.median(rows)) if rows else None,
-                      "requests_median": _round(statistics.median(requests)) if requests else None,
+    out["commits"] = {"count": len(source), "rows_median": rounded(statistics.median(rows)) if rows else None,
+                      "requests_median": rounded(statistics.median(requests)) if requests else None,
                       "requests_max": max(requests, default=None), "requests_each": requests,
-                      "interval_median_s": _round(statistics.median(gaps)) if gaps else None,
-                      "interval_p95_s": _round(percentile(gaps, 95))}
+                      "interval_median_s": rounded(statistics.median(gaps)) if gaps else None,
+                      "interval_p95_s": rounded(percentile(gaps, 95))}
     return out
 
 
@@ -542,10 +546,6 @@ def recorded_watermark(commit) -> int | None:
 
 def chain_path(snapshot, name: str) -> str:
     return next(v.path for v in snapshot.views() if v.state.name == name)
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def caught_up(snapshot, landing: str, timeout: float) -> float | None:

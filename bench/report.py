@@ -525,8 +525,9 @@ def render(results: dict) -> str:
 
 def write(results: dict, page: Path) -> None:
     """The whole page and its charts: this module's sections, then those the other benchmarks render themselves
-    (ingestion, the warm local engine, deletes and updates), each from its key of `results`."""
+    (ingestion, the warm local engine, deletes and updates, Kafka ingest), each from its key of `results`."""
     import ingest_bench  # these import this module
+    import kafka_bench
     import local_bench
     import retract_bench
     import serve_bench
@@ -540,6 +541,8 @@ def write(results: dict, page: Path) -> None:
                               ingest_bench.section(results["ingest"]).rstrip("\n").splitlines(), ingest_bench.BEFORE)
     if "retract" in results:
         text = insert_section(text, retract_bench.SECTION, retract_bench.section(results["retract"]))
+    if "kafka" in results:
+        text = insert_section(text, kafka_bench.SECTION, kafka_bench.section(results["kafka"]), kafka_bench.BEFORE)
     if "local" in results:
         text = insert_section(text, local_bench.SECTION, local_bench.section(results["local"]),
                               "## Deletes and updates")

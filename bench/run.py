@@ -1,7 +1,7 @@
 """Run every benchmark at one scale and write docs/benchmarks.md (tables) and docs/img/bench-*.png (charts).
 
 Usage: python bench/run.py [--rows 1000000] [--appends 20] [--growth-appends 3] [--repeats 5] [--skip check,dev]
-                          [--cluster] [--cluster-rows 100000] [--retract] [--retract-rows 10000000]
+                          [--cluster] [--cluster-rows 100000] [--retract] [--retract-rows 10000000] [--kafka]
 
 Sections (PRODUCT.md section 8), all in one run on this machine:
   views     the events scenario: one Delta source, three views (hourly counts and sums by endpoint and status;
@@ -39,6 +39,11 @@ Sections (PRODUCT.md section 8), all in one run on this machine:
             (--repeats capped at 2 of each). A run without --retract keeps the previous run's figures; with every
             other section skipped (`--retract --skip views,check,control,dev,ingest`) only that section of the page
             and its key in the JSON are rewritten.
+  kafka     with --kafka only: Kafka ingest (bench/kafka_bench.py, in a fresh process): a real broker and a
+            4-partition topic read by `pipeframe serve` into the views' source, at 10,000 rows/s (produce ->
+            visible in every view, p50/p95) and flat out (rows/s topic -> views), side by side with the same rows
+            through `POST /v0/events`. Kept from the previous run without --kafka; alone (`--kafka --skip
+            views,check,control,dev,serve,ingest`) only its section and key are rewritten.
 Raw results go to docs/benchmarks.json; `python bench/report.py` re-renders the page from them. A section left
 out with --skip keeps its figures from the previous run (the page says which run each section comes from).
 """
@@ -59,6 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import ingest_bench
+import kafka_bench
 import report
 import retract_bench
 from common import ratio, summary
@@ -209,6 +215,13 @@ def retract_section(args: argparse.Namespace) -> dict:
     return results
 
 
+def kafka_section(args: argparse.Namespace) -> dict:
+    log("kafka: a 4-partition topic into the three views, paced and flat out, next to POST /v0/events")
+    results = run_script("kafka_bench.py")
+    results["command"] = " ".join(["python", "bench/run.py", *sys.argv[1:]])
+    return results
+
+
 def cluster_only(args: argparse.Namespace) -> int:
     """Measure the cluster section alone and rewrite only it: its key in the JSON and its section of the page."""
     results = cluster_section(args)
@@ -222,6 +235,15 @@ def retract_only(args: argparse.Namespace) -> int:
     results = retract_section(args)
     report.save_section(args.out, "retract", results, retract_bench.SECTION, retract_bench.section(results))
     log(f"wrote the retract section of {args.out} and `retract` in {args.out.with_suffix('.json')}")
+    return 0
+
+
+def kafka_only(args: argparse.Namespace) -> int:
+    """Measure the Kafka section alone and rewrite only it: its key in the JSON and its section of the page."""
+    results = kafka_section(args)
+    report.save_section(args.out, "kafka", results, kafka_bench.SECTION, kafka_bench.section(results),
+                        kafka_bench.BEFORE)
+    log(f"wrote the kafka section of {args.out} and `kafka` in {args.out.with_suffix('.json')}")
     return 0
 
 
@@ -250,14 +272,17 @@ def main() -> int:
     parser.add_argument("--retract", action="store_true",
                         help="also measure deletes and updates reaching views: incremental refresh vs --full")
     parser.add_argument("--retract-rows", type=int, default=10_000_000, help="source rows of the retract section")
+    parser.add_argument("--kafka", action="store_true",
+                        help="also measure Kafka ingest (a real broker) next to the events API")
     parser.add_argument("--serve-rows", type=int, default=10_000_000, help="source rows of the serve section")
     parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if skip - set(SECTIONS):
         parser.error(f"unknown section(s) in --skip: {', '.join(sorted(skip - set(SECTIONS)))}")
-    if skip == set(SECTIONS) and args.cluster != args.retract:  # only one opt-in section: rewrite only it
-        return cluster_only(args) if args.cluster else retract_only(args)
+    opted = [name for name, on in (("cluster", args.cluster), ("retract", args.retract), ("kafka", args.kafka)) if on]
+    if skip == set(SECTIONS) and len(opted) == 1:  # only one opt-in section: rewrite only it
+        return {"cluster": cluster_only, "retract": retract_only, "kafka": kafka_only}[opted[0]](args)
     needed = ("dbt.adapters.spark", "matplotlib", "pandas", "grpc", "httpx") if "views" not in skip else \
         ("matplotlib", "httpx")
     missing = [name for name in needed
@@ -309,6 +334,11 @@ def main() -> int:
         save()
     elif "retract" in previous:  # its own date and command are on the page
         results["retract"] = previous["retract"]
+    if args.kafka:
+        results["kafka"] = kafka_section(args)
+        save()
+    elif "kafka" in previous:  # its own date and command are on the page
+        results["kafka"] = previous["kafka"]
     if "local" in previous:  # measured by bench/local_bench.py alone; its own date is on the page
         results["local"] = previous["local"]
     if "serve" not in skip:

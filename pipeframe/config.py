@@ -38,6 +38,7 @@ class IngestSettings:
     flush_ms: int = 50
     buffer_bytes: int = 256 * 1024 * 1024
     poll_ms: int = 1000  # how often the continuous materializer looks for commits made by other writers
+    import_poll_ms: int = 5000  # how often `serve`/`dev`/`run` list the bucket of each @auto S3 import datasource
     # Group commits and view increments to local tables are written by pyarrow and committed to the Delta log
     # without a Spark write job (engine/deltaappend.py); false: always through Spark's writer.
     direct_commit: bool = True

@@ -603,13 +603,13 @@ class Project:
 
         if view:
             self._known_view(view)
-        if self.engine != "spark":
-            found = self._status_without_spark(view)
-            if found is not None:
-                return found
-        return Lifecycle(self.materializer()).status(view)
+        found = self._status_without_spark(view) if self.engine != "spark" else None
+        if found is None:
+            materializer = self.materializer()
+            found = Lifecycle(materializer).status(view), materializer.deployed, self.spark
+        return self._with_kafka_lag(*found)
 
-    def _status_without_spark(self, view: str | None) -> list[ViewStatus] | None:
+    def _status_without_spark(self, view: str | None) -> tuple[list[ViewStatus], DeployedSnapshot, None] | None:
         """`status` from the logs and the read path; None where only Spark can say it (engine "auto")."""
         from pipeframe.engine.lifecycle import TableDetail, view_statuses
         from pipeframe.engine.tables import NeedsSpark
@@ -620,12 +620,56 @@ class Project:
         try:
             deployed = reader.deployed().snapshot
             records = {r["name"]: view_record(r) for r in reader.rows(f"{reader.uri}/_pipeframe/views", VIEW_COLUMNS)}
-            return view_statuses(deployed, records, view, None, lambda path: TableDetail(*reader.figures(path)))
+            return view_statuses(deployed, records, view, None,
+                                 lambda path: TableDetail(*reader.figures(path))), deployed, None
         except (NeedsSpark, Unreadable) as exc:
             if self.engine == "duckdb":
                 raise PipeframeError("PF809", f"`status` needs Spark here: {exc}.",
                                      "Run it with --engine auto (or spark).") from None
             return None
+
+    def _with_kafka_lag(self, statuses: list[ViewStatus], deployed: DeployedSnapshot,
+                        spark: SparkSession | None) -> list[ViewStatus]:
+        """Each view over a Kafka datasource (directly or through other views) with that topic's lag per partition:
+        as this process's consumer sees it when it consumes the datasource (`serve`), else the table's offsets
+        against the broker's high watermarks (connectors/kafka.py `topic_lag`). Histories that only Spark reads
+        (object storage) are read when the caller has a session; without one, the lag says so rather than start
+        Spark."""
+        from dataclasses import replace
+
+        from pipeframe.connectors.kafka import kafka_datasources, lag_of, topic_lag, topic_of
+        from pipeframe.connectors.spec import environment
+        from pipeframe.engine.groupcommit import committed_keys
+        from pipeframe.engine.tables import NeedsSpark
+
+        kafka = kafka_datasources(self.compiled.resources, deployed)
+        if not kafka:
+            return statuses
+        upstream = {v.state.name: v.state.source for v in deployed.views()}
+        runtime = self.__dict__.get("runtime")  # built only by a process that ingests (`serve`, `run`, `dev`)
+        lags: dict[str, dict] = {}
+
+        def lag(name: str | None) -> dict | None:
+            while name in upstream:
+                name = upstream[name]
+            if name not in kafka:
+                return None
+            if name not in lags:
+                datasource, connection = kafka[name]
+                lags[name] = runtime.kafka.consumed(name) if runtime is not None else None
+                if lags[name] is None:
+                    try:
+                        keys = committed_keys(spark, deployed.table(name).path, limit=None)
+                    except NeedsSpark:
+                        lags[name] = lag_of(name, topic_of(datasource), {}, {}, (
+                            "its table's history is on object storage, which only Spark reads: "
+                            "`pipeframe status --engine spark` shows the lag"))
+                    else:
+                        lags[name] = topic_lag(name, datasource, connection, environment(self.root, self.environ),
+                                               keys)
+            return lags[name]
+
+        return [replace(s, kafka=lag(s.source)) for s in statuses]
 
     def pause(self, view: str, permanent: bool = False) -> None:
         from pipeframe.engine.lifecycle import Lifecycle

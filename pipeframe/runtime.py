@@ -1,7 +1,8 @@
 """The long-running parts of one pipeframe process, built in one place (`Runtime`): the group committer that appends,
 the events API and the Kafka consumers (connectors/kafka.py) share, the continuous materializer each commit wakes,
-and the background jobs beside them (COPY_SCHEDULE crons). A `Project` has one (`Project.runtime`), kept across the project's reloads; `serve` and `dev`
-serve with it (`server.Service`), `pipeframe refresh --follow` runs its rounds in the calling thread (`follow`).
+the S3 imports (connectors/s3.py), and the background jobs beside them (COPY_SCHEDULE crons). A `Project` has one
+(`Project.runtime`), kept across the project's reloads; `serve`, `run` and `dev` work with it (`server.Service`),
+`pipeframe refresh --follow` runs its rounds in the calling thread (`follow`).
 
 One shutdown path (`stop`): the committer commits what it holds and answers its waiters, the jobs stop, then the
 materializer, after the round under way."""
@@ -54,6 +55,7 @@ class Runtime:
 
     def _build(self, project: Project) -> None:
         from pipeframe.connectors.kafka import KafkaIngest
+        from pipeframe.connectors.s3 import S3Imports
         from pipeframe.engine.continuous import ContinuousMaterializer
         from pipeframe.engine.groupcommit import GroupCommitter
 
@@ -63,6 +65,7 @@ class Runtime:
             project.spark, project.warehouse, lambda name: self.current().landing_target(name),
             project.config.ingest, on_commit=self.materializer.committed)
         self.kafka = KafkaIngest(self)  # every Kafka datasource consumed into the committer
+        self.s3 = S3Imports(self)  # every @auto S3 import datasource's new files appended
 
     def serve(self, current: Callable[[], Project], jobs: Iterable[Job] = ()) -> None:
         """Work for the project `current()` gives from now on (a server's), with `jobs` beside it."""
@@ -89,7 +92,7 @@ class Runtime:
     def _order(self) -> list[Job]:
         # Stopped in reverse: the consumers stop sending (their requests in flight land), then the committer commits
         # what it holds, then the jobs and the materializer.
-        return [self.materializer, *self.jobs, _Flush(self.committer), self.kafka]
+        return [self.materializer, *self.jobs, _Flush(self.committer), self.kafka, self.s3]
 
     def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
                on_error: Callable[[Exception], None] | None = None) -> None:

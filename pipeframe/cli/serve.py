@@ -38,19 +38,10 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
     """
 
     def body() -> int:
-        from pipeframe.copy import CopyScheduler, schedules
-        from pipeframe.server import RunningServer, Service, serve_forever
+        from pipeframe.server import RunningServer, serve_forever
 
-        project = load_project(project_dir, env, engine=engine)
-        project.require_valid()
-        if project.deployed_version() < 0 or not project.snapshot:  # a local warehouse is looked at before Spark
-            raise PipeframeError("PF818", f"Nothing is deployed in {project.config.warehouse_uri}.",
-                                 "Run `pipeframe deploy` first (and `pipeframe append --fixtures` for sample rows).")
-        pending = project.plan().pending
-        if pending:
-            click.secho(f"warning: {len(pending)} change(s) in the files are not deployed; endpoints whose SQL "
-                        "changed answer 409 until `pipeframe deploy`.", fg="yellow")
-        service = Service(project, jobs=[CopyScheduler()])  # COPY_SCHEDULE crons run while serving
+        service = _service(project_dir, env, engine, "endpoints whose SQL changed answer 409")
+        project = service.project
 
         def ready(running: RunningServer) -> None:
             names = service.current.endpoints.names
@@ -60,8 +51,7 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
             if len(names) > 5:
                 click.echo(f"  ... {len(names) - 5} more at {running.url}/v0/pipes")
             click.echo(f"  docs: {running.url}/docs")
-            for pipe, cron in sorted(schedules(project).items()):
-                click.echo(f"  copy {pipe}: scheduled `{cron}` (UTC)")
+            _jobs(project)
             if service.tokens_enforced:
                 click.echo(f"  tokens: enforced ({len(project.config.tokens)} configured)")
             elif host not in LOOPBACK:
@@ -77,4 +67,72 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
     run(body, long_lived=True)
 
 
-COMMANDS = [serve]
+@click.command(name="run")
+@PROJECT_OPTION
+@ENV_OPTION
+def run_worker(project_dir: str, env: str | None) -> None:
+    """Keep the deployed project running without an HTTP server, until Ctrl-C.
+
+    What `serve` does besides answering HTTP: views apply new source commits as they land, every Kafka datasource
+    is consumed (exactly once; docs/connectors.md), COPY_SCHEDULE pipes run on their crons, and a deploy made
+    elsewhere is followed. For a worker beside the servers, or the only process of a pipeline without endpoints.
+    Ctrl-C (or SIGTERM) stops it cleanly: what was read lands first. The project must be deployed first.
+
+    \b
+    Example:
+      pipeframe run -p example_project
+    """
+
+    def body() -> int:
+        from pipeframe.server import run_forever
+
+        service = _service(project_dir, env, "auto", "they are not run")
+        project = service.project
+
+        def ready() -> None:
+            click.secho(f"Running {project.config.name}: {len(project.snapshot.views())} view(s) kept up to date "
+                        "(Ctrl-C to stop)", fg="green", bold=True)
+            _jobs(project)
+
+        run_forever(service, on_ready=ready)
+        click.echo("stopped")
+        return 0
+
+    run(body, long_lived=True)
+
+
+def _service(project_dir: str, env: str | None, engine: str, undeployed: str):
+    """The Service over the deployed project for `serve` and `run` (PF818 when nothing is deployed), with its
+    scheduled copies; `undeployed`: what the warning about changes not deployed says happens to them."""
+    from pipeframe.copy import CopyScheduler
+    from pipeframe.server import Service
+
+    project = load_project(project_dir, env, engine=engine)
+    project.require_valid()
+    if project.deployed_version() < 0 or not project.snapshot:  # a local warehouse is looked at before Spark
+        raise PipeframeError("PF818", f"Nothing is deployed in {project.config.warehouse_uri}.",
+                             "Run `pipeframe deploy` first (and `pipeframe append --fixtures` for sample rows).")
+    pending = project.plan().pending
+    if pending:
+        click.secho(f"warning: {len(pending)} change(s) in the files are not deployed; {undeployed} until "
+                    "`pipeframe deploy`.", fg="yellow")
+    return Service(project, jobs=[CopyScheduler()])  # COPY_SCHEDULE crons run while serving
+
+
+def _jobs(project) -> None:
+    """What runs beside the views: scheduled copies, Kafka datasources, @auto S3 imports."""
+    from pipeframe.connectors.kafka import kafka_datasources, topic_of
+    from pipeframe.connectors.s3 import import_datasources
+    from pipeframe.copy import schedules
+
+    for pipe, cron in sorted(schedules(project).items()):
+        click.echo(f"  copy {pipe}: scheduled `{cron}` (UTC)")
+    resources, deployed = project.compiled.resources, project.snapshot
+    for name, (datasource, _) in sorted(kafka_datasources(resources, deployed).items()):
+        click.echo(f"  kafka {name}: consuming topic `{topic_of(datasource)}`")
+    for name, (datasource, _) in sorted(import_datasources(resources, deployed, "@auto").items()):
+        uri = next((s.value for s in datasource.connector if s.keyword == "IMPORT_BUCKET_URI"), "?")
+        click.echo(f"  s3 {name}: importing new files of `{uri}`")
+
+
+COMMANDS = [serve, run_worker]

@@ -214,6 +214,18 @@ def _print_status(statuses) -> None:
                       + (f" [{s.last_path}]" if s.last_path not in (None, "append") else ""))
     console = rich_console()
     console.print(table)
+    topics = {s.kafka["datasource"]: s.kafka for s in statuses if s.kafka}
+    if topics:
+        lags = Table("Kafka datasource", "topic", "partition", "in Delta", "broker", "lag")
+        for name, t in topics.items():
+            for partition, p in t["partitions"].items():
+                lags.add_row(name, t["topic"], partition, _offset(p["committed"]), _offset(p["high"]), _offset(p["lag"]))
+            if not t["partitions"]:
+                lags.add_row(name, t["topic"], "", "", "", "")
+        console.print(lags)
+        for name, t in topics.items():
+            if t["error"]:
+                console.print(f"{name}: [bold]{t['error']}[/bold]")
     for s in statuses:
         if s.reason:
             console.print(f"{s.name}: [bold]{s.status}[/bold]: {s.reason}")
@@ -224,6 +236,10 @@ def _print_status(statuses) -> None:
             console.print(f"{s.name}: {b.mode} {state}: {b.processed_rows:,}/{b.total_rows:,} rows "
                           f"({b.percent:.0f}%), chunk {b.done_chunks}/{b.chunks}, {b.rate:,.0f} rows/s{eta}, "
                           f"cursor {b.cursor or 'done'}")
+
+
+def _offset(n: int | None) -> str:
+    return "" if n is None else f"{n:,}"
 
 
 def _size(n: int) -> str:

@@ -24,10 +24,11 @@ sent as it is and lands in quarantine with the parser's reason."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from pipeframe.connectors.spec import environment, resolved
+from pipeframe.datafiles.parser import KAFKA_COLUMNS
 from pipeframe.errors import PipeframeError
 
 if TYPE_CHECKING:
-    from pipeframe.datafiles.model import Connection, Datasource
+    from pipeframe.datafiles.model import Connection, Datasource, Resources
+    from pipeframe.plan.snapshot import DeployedSnapshot
 
 log = logging.getLogger("pipeframe.kafka")
 
@@ -47,46 +50,161 @@ MAX_BATCH = 20_000  # messages of one partition in one request
 MAX_BUFFERED = 50_000  # messages of one partition held before it is paused at the broker
 POLL_S = 0.05
 RETRY_S = 0.2  # wait before sending a refused (429) or failed request again
+# A consumer that stops heartbeating (a process killed) keeps its partitions this long before the group gives them to
+# another (librdkafka's default, 45 s, left a restarted server idle that long); heartbeats come from librdkafka's own
+# thread every 3 s, so a busy Python process does not miss them.
+SESSION_MS = 10_000
+LOOKUP_S = 3.0  # how long `status` waits for the broker's high watermarks
 SYNC_S = 1.0  # how often the job looks for Kafka datasources added or removed by a deploy
+
+
+META_COLUMNS = frozenset(column.split("`")[1] for column in KAFKA_COLUMNS)
 
 
 def key_of(topic: str, partition: int, first: int, last: int) -> str:
     return f"kafka/{topic}/{partition}/{first}-{last}"
 
 
-def resume_offsets(keys: Mapping[str, object], topic: str) -> dict[int, int]:
+def parse_key(key: str, topic: str) -> tuple[int, int, int] | None:
+    """(partition, first, last) of a `key_of` key of `topic`; None for any other key (another writer's key that
+    only looks like ours included)."""
+    prefix = f"kafka/{topic}/"
+    if not key.startswith(prefix):
+        return None
+    partition, _, span = key[len(prefix):].partition("/")
+    first, _, last = span.partition("-")
+    try:
+        return int(partition), int(first), int(last)
+    except ValueError:
+        return None
+
+
+def resume_offsets(keys: Iterable[str], topic: str) -> dict[int, int]:
     """Per partition of `topic`, the offset after the last message the table holds (from its committed keys)."""
     found: dict[int, int] = {}
-    prefix = f"kafka/{topic}/"
     for key in keys:
-        if key.startswith(prefix):
-            partition, _, span = key[len(prefix):].partition("/")
-            try:
-                number, last = int(partition), int(span.rpartition("-")[2])
-            except ValueError:  # another writer's key that only looks like ours
-                continue
-            found[number] = max(found.get(number, 0), last + 1)
+        parsed = parse_key(key, topic)
+        if parsed is not None:
+            found[parsed[0]] = max(found.get(parsed[0], 0), parsed[2] + 1)
     return found
+
+
+def topic_of(datasource: Datasource) -> str:
+    """A Kafka datasource's KAFKA_TOPIC as written (a `tb_secret()` in it unresolved)."""
+    return next((s.value for s in datasource.connector if s.keyword == "KAFKA_TOPIC"), "")
 
 
 def line_of(value: bytes | None, topic: str, partition: int, offset: int, timestamp_ms: int | None,
             key: bytes | None, raw: bool) -> str:
     """One message as an NDJSON line: the value's object with the metadata columns added (a value's own key of
     that name wins). A value that is not a JSON object in UTF-8 (an empty one, a tombstone) is sent as a JSON
-    string, which the parser quarantines with its reason."""
+    string, which the parser quarantines with its reason. The object is checked by parsing it, but sent as
+    written (its numbers' digits kept, as the events API receives them), the metadata spliced in before its
+    closing brace; only a value spread over several lines, or with a key of its own named like a metadata column,
+    is written out again from the parsed object."""
     try:
         parsed = orjson.loads(value or b"")
     except orjson.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict):
         return orjson.dumps((value or b"").decode("utf-8", errors="replace")).decode()
-    at = datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms is not None and timestamp_ms >= 0 \
-        else datetime.now(UTC)  # a message without a timestamp: when it was read
-    meta: dict[str, Any] = {"__topic": topic, "__partition": partition, "__offset": offset,
-                            "__timestamp": at.strftime("%Y-%m-%d %H:%M:%S"),
-                            "__key": (key or b"").decode("utf-8", errors="replace"),
-                            "__value": (value or b"").decode("utf-8") if raw else ""}
-    return orjson.dumps({**meta, **parsed}).decode()
+    text = value.decode()  # type: ignore[union-attr] — orjson read it: UTF-8
+    meta = {"__topic": topic, "__partition": partition, "__offset": offset, "__timestamp": _timestamp(timestamp_ms),
+            "__key": (key or b"").decode("utf-8", errors="replace"), "__value": text if raw else ""}
+    if "\n" in text or "\r" in text or not META_COLUMNS.isdisjoint(parsed):
+        return orjson.dumps({**meta, **parsed}).decode()
+    body = text.strip(" \t")[1:-1]  # between the braces of the object orjson read
+    return "{" + body + ("," if parsed else "") + orjson.dumps(meta).decode()[1:]
+
+
+def _timestamp(timestamp_ms: int | None) -> str:
+    """`__timestamp` of a message: its timestamp, to the second, in UTC; when it was read for a message without one,
+    or with one no datetime holds (a producer's clock beyond the year 9999)."""
+    if timestamp_ms is not None and timestamp_ms >= 0:
+        try:
+            return _second(timestamp_ms // 1000)
+        except (ValueError, OverflowError, OSError):
+            pass
+    return _second(int(time.time()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def settings_of(datasource: Datasource, connection: Connection, environ: Mapping[str, str]) -> dict[str, str]:
+    """A Kafka datasource's settings and its connection's, secrets put in (PF112 for one that is not set)."""
+    return {s.keyword: resolved(s, environ) for s in (*connection.settings, *datasource.connector)}
+
+
+def client_config(name: str, settings: Mapping[str, str]) -> dict[str, Any]:
+    """librdkafka's settings for a consumer of the datasource `name`: broker, group, security."""
+    config = {"bootstrap.servers": settings["KAFKA_BOOTSTRAP_SERVERS"],
+              "group.id": settings.get("KAFKA_GROUP_ID") or f"pipeframe-{name}",
+              "security.protocol": settings.get("KAFKA_SECURITY_PROTOCOL", "SASL_SSL").lower()}
+    if "KAFKA_SASL_MECHANISM" in settings or "KAFKA_KEY" in settings:
+        config.update({"sasl.mechanisms": settings.get("KAFKA_SASL_MECHANISM", "PLAIN"),
+                       "sasl.username": settings.get("KAFKA_KEY", ""), "sasl.password": settings.get("KAFKA_SECRET", "")})
+    if settings.get("KAFKA_SSL_CA_PEM"):
+        config["ssl.ca.pem"] = settings["KAFKA_SSL_CA_PEM"]
+    return config
+
+
+def lag_row(committed: int | None, high: int | None) -> dict[str, int | None]:
+    return {"committed": committed, "high": high,
+            "lag": None if high is None or committed is None else max(0, high - committed)}
+
+
+def topic_lag(name: str, datasource: Datasource, connection: Connection, environ: Mapping[str, str],
+              keys: Iterable[str], timeout: float = LOOKUP_S) -> dict:
+    """What `status` and the views API show of a Kafka datasource this process does not consume: per partition, the
+    offset after the last message its table holds (from the table's committed keys), the broker's high watermark
+    and the lag; the broker is asked without joining the consumer group. A broker that does not answer within
+    `timeout` seconds in all, or a secret not set, is the `error`, with the table's offsets still shown."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    topic, high, error = topic_of(datasource), {}, None
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "out of time"))
+        return remaining
+
+    try:
+        settings = settings_of(datasource, connection, environ)
+        topic = settings["KAFKA_TOPIC"]
+        # log_level 0: librdkafka's connection errors (dozens a second while the broker is away) stay out of the
+        # terminal; the one error that matters is this function's answer.
+        consumer = Consumer({**client_config(name, settings), "enable.auto.commit": False, "log_level": 0,
+                             "socket.connection.setup.timeout.ms": max(1000, int(timeout * 1000))})
+        try:
+            found = consumer.list_topics(topic, timeout=left()).topics.get(topic)
+            if found is None or found.error is not None:
+                error = f"the broker does not have the topic {topic!r}" + (f" ({found.error})" if found else "")
+            else:
+                for partition in found.partitions:
+                    high[partition] = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                                     timeout=left(), cached=False)[1]
+        finally:
+            consumer.close()
+    except PipeframeError as err:
+        error = str(err)
+    except KafkaException as err:
+        code = err.args[0].code() if err.args and isinstance(err.args[0], KafkaError) else None
+        error = f"the broker did not answer within {timeout:g} s" if code in (
+            KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN) else \
+            f"the broker could not be asked: {err}"
+    return lag_of(name, topic, resume_offsets(keys, topic), high, error)
+
+
+def lag_of(name: str, topic: str, committed: Mapping[int, int | None], high: Mapping[int, int | None],
+           error: str | None) -> dict:
+    """A datasource's lag as `status`, the views API and `GET /v0/ingest` show it."""
+    return {"datasource": name, "topic": topic, "error": error,
+            "partitions": {str(p): lag_row(committed.get(p), high.get(p)) for p in sorted({*committed, *high})}}
 
 
 @dataclass
@@ -106,24 +224,14 @@ class KafkaSource:
     def __init__(self, name: str, datasource: Datasource, connection: Connection, environ: Mapping[str, str],
                  submit: Callable[[str, list[str], str], Future], committed_keys: Callable[[], Mapping[str, object]]
                  ) -> None:
-        settings = {s.keyword: resolved(s, environ) for s in (*connection.settings, *datasource.connector)}
+        settings = settings_of(datasource, connection, environ)
         self.name = name
         self.topic = settings["KAFKA_TOPIC"]
         self.raw = settings.get("KAFKA_STORE_RAW_VALUE", "false").lower() == "true"
         self.reset = settings.get("KAFKA_AUTO_OFFSET_RESET", "latest").lower()
-        self.config = {
-            "bootstrap.servers": settings["KAFKA_BOOTSTRAP_SERVERS"],
-            "group.id": settings.get("KAFKA_GROUP_ID") or f"pipeframe-{name}",
-            "security.protocol": settings.get("KAFKA_SECURITY_PROTOCOL", "SASL_SSL").lower(),
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "auto.offset.reset": self.reset, "enable.partition.eof": False,
-        }
-        if "KAFKA_SASL_MECHANISM" in settings or "KAFKA_KEY" in settings:
-            self.config.update({"sasl.mechanisms": settings.get("KAFKA_SASL_MECHANISM", "PLAIN"),
-                                "sasl.username": settings.get("KAFKA_KEY", ""),
-                                "sasl.password": settings.get("KAFKA_SECRET", "")})
-        if settings.get("KAFKA_SSL_CA_PEM"):
-            self.config["ssl.ca.pem"] = settings["KAFKA_SSL_CA_PEM"]
+        self.config = {**client_config(name, settings), "enable.auto.commit": False,
+                       "enable.auto.offset.store": False, "auto.offset.reset": self.reset,
+                       "enable.partition.eof": False, "session.timeout.ms": SESSION_MS}
         self.submit = submit
         self.committed_keys = committed_keys
         self.partitions: dict[int, _Partition] = {}
@@ -143,12 +251,13 @@ class KafkaSource:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def lag(self) -> dict[str, dict[str, int | None]]:
-        """Per partition: the offset after the last message in Delta, the broker's high watermark, the lag."""
+    def lag(self) -> dict:
+        """`lag_of` as this consumer sees it: per partition it holds, the offset after the last message in Delta, the
+        broker's high watermark, the lag; with the last error the broker or a commit reported."""
         with self._lock:
-            return {str(p): {"committed": s.committed, "high": s.high,
-                             "lag": None if s.high is None or s.committed is None else max(0, s.high - s.committed)}
-                    for p, s in sorted(self.partitions.items())}
+            committed = {p: s.committed for p, s in self.partitions.items()}
+            high = {p: s.high for p, s in self.partitions.items()}
+        return lag_of(self.name, self.topic, committed, high, self.error)
 
     # ------------------------------------------------------------------------------------ the loop
     @property
@@ -313,7 +422,7 @@ class KafkaIngest:
         """Start a consumer for each Kafka datasource the project has deployed (again, for one whose consumer
         stopped on an error), stop those it no longer has."""
         project = self.runtime.current()
-        wanted = kafka_datasources(project)
+        wanted = kafka_datasources(project.compiled.resources, project.warehouse.snapshot())
         committer = self.runtime.committer  # bound now: a runtime stopped meanwhile builds a new one
         with self._lock:
             gone = [self.sources.pop(name) for name in list(self.sources)
@@ -357,17 +466,21 @@ class KafkaIngest:
         """What `GET /v0/ingest` shows of each Kafka datasource (`kafka`)."""
         with self._lock:
             failed, sources = dict(self.failed), dict(self.sources)
-        return {**{name: {"topic": None, "partitions": {}, "error": why} for name, why in failed.items()},
-                **{name: {"topic": s.topic, "partitions": s.lag(), "error": s.error} for name, s in sources.items()}}
+        return {**{name: lag_of(name, None, {}, {}, why) for name, why in failed.items()},
+                **{name: s.lag() for name, s in sources.items()}}
+
+    def consumed(self, name: str) -> dict | None:
+        """The live lag of datasource `name` when this process consumes it (None otherwise)."""
+        with self._lock:
+            source = self.sources.get(name)
+        return source.lag() if source is not None and source.alive else None
 
 
-def kafka_datasources(project: Any) -> dict[str, tuple[Datasource, Connection]]:
+def kafka_datasources(resources: Resources, deployed: DeployedSnapshot) -> dict[str, tuple[Datasource, Connection]]:
     """The project's deployed Kafka datasources, each with its connection."""
-    resources = project.compiled.resources
     connections = {c.name: c for c in resources.connections}
     if not connections:
         return {}
-    deployed = project.warehouse.snapshot()
     found = {}
     for ds in resources.datasources:
         named = next((s.value for s in ds.connector if s.keyword == "KAFKA_CONNECTION_NAME"), None)

@@ -217,12 +217,16 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
     tokens: list[Token] = []
     settings: list[tuple[str, str]] = []
     connector: list[Setting] = []
+    imports: list[Statement] = []
     where: dict[str, Location] = {}
     for st in lexer.statements(path):
         kw = st.keyword.upper()
         if kw in KAFKA_DATASOURCE_SETTINGS:  # checked against the connection by connectors/spec.py
             connector.append(Setting(kw, _unquoted(st.text), st.location))
             where.setdefault("KAFKA", st.location)
+            continue
+        if kw.startswith("IMPORT_"):
+            imports.append(st)
             continue
         if kw.startswith(CONNECTOR_PREFIXES):
             what = "This Kafka setting" if kw.startswith("KAFKA_") else f"The {kw.split('_', 1)[0].title()} connector"
@@ -278,6 +282,7 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
             name = versioned(path.stem, st, sink)
         elif kw.startswith("ENGINE_"):
             settings.append((kw, _engine_value(st, sink)))
+    connector += _import_settings(imports, sink)
     if "SCHEMA" not in where:
         sink.error("PF108", f"Datasource `{name}` has no SCHEMA.",
                    "Add a `SCHEMA >` block listing its columns, or delete the file to have it generated.", location)
@@ -292,6 +297,22 @@ def parse_datasource(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Datasour
 # The Kafka settings of a datasource pipeframe acts on (the connection's are in connectors/spec.py).
 KAFKA_DATASOURCE_SETTINGS = ("KAFKA_CONNECTION_NAME", "KAFKA_TOPIC", "KAFKA_GROUP_ID", "KAFKA_AUTO_OFFSET_RESET",
                              "KAFKA_STORE_RAW_VALUE")
+
+
+S3_SERVICES = ("s3", "s3_iamrole")  # IMPORT_SERVICE values of Tinybird Classic's S3 connector
+
+
+def _import_settings(statements: list[Statement], sink: DiagnosticSink) -> list[Setting]:
+    """A datasource's `IMPORT_*` lines: those of an S3 import (Tinybird's S3 connector; no IMPORT_SERVICE, or an S3
+    one) kept as connector settings, checked by connectors/spec.py; those of another service (IMPORT_SERVICE
+    bigquery, snowflake, ...) warned of (PF110) and ignored."""
+    service = next((_unquoted(st.text).lower() for st in statements if st.keyword.upper() == "IMPORT_SERVICE"), "s3")
+    if service in S3_SERVICES:
+        return [Setting(st.keyword.upper(), _unquoted(st.text), st.location) for st in statements]
+    for st in statements:
+        not_supported_yet(sink, st, "The Import connector", "Load the rows with `pipeframe append` (or the events "
+                          "API) instead.")
+    return []
 
 
 def _unquoted(text: str) -> str:

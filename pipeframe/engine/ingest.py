@@ -441,6 +441,12 @@ class Ingestor:
         return (commit.version if commit else None), [Landed(a, q, r) for a, q, r in
                                                       zip(accepted, quarantined, reasons, strict=True)]
 
+    def quarantine_file(self, table: DeployedResource, source: str, reason: str) -> None:
+        """One quarantine entry for an input file that could not be read at all (an S3 import's): its name in
+        `source`, why in `reason`, no raw text; none of its rows landed."""
+        self.warehouse.require_safe_writers()
+        self._quarantine_arrow([""], [reason], table, source)
+
     def _quarantine(self, bad: DataFrame, table: DeployedResource, source: str) -> None:
         rows = bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{quote_string(source)} AS source",
                               "current_timestamp() AS ingested_at")

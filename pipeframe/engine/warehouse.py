@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeframe.engine import deltaappend, deltalog
-from pipeframe.engine.conflicts import local_folder, retrying
+from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
@@ -46,6 +46,10 @@ MULTI_DRIVER_LOGSTORE = "io.delta.storage.S3DynamoDBLogStore"
 VIEWS_SCHEMA = ("name STRING, paused BOOLEAN, permanent BOOLEAN, stale_reason STRING, error STRING, "
                 "backfill STRING, updated_at TIMESTAMP")
 VIEW_COLUMNS = [c.split()[0] for c in VIEWS_SCHEMA.split(", ") if not c.startswith("updated_at")]
+# The ledger of S3 imports (connectors/s3.py): one row per file taken, appended after the file's rows were committed.
+IMPORTS_SCHEMA = ("datasource STRING, uri STRING, etag STRING, size BIGINT, modified TIMESTAMP, status STRING, "
+                  "rows BIGINT, quarantined BIGINT, version BIGINT, error STRING, imported_at TIMESTAMP")
+IMPORT_COLUMNS = [c.split()[0] for c in IMPORTS_SCHEMA.split(", ")]
 STATE_COLUMNS = [c.split()[0] for c in STATE_SCHEMA.split(", ")]
 
 
@@ -73,6 +77,24 @@ class ViewRecord:
     stale_reason: str | None = None
     error: str | None = None
     backfill: dict | None = None  # the running (or interrupted) populate/rebuild; see engine.materialize
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """One file an S3 import took, as its ledger keeps it: `ingested` (its rows in the datasource's commit `version`)
+    or `failed` (unreadable: one quarantine entry names it, with `error`; none of its rows landed)."""
+
+    datasource: str
+    uri: str  # s3://bucket/key
+    etag: str
+    size: int
+    modified: datetime | None
+    status: str  # "ingested" | "failed"
+    rows: int = 0
+    quarantined: int = 0
+    version: int | None = None
+    error: str | None = None
+    imported_at: datetime | None = None
 
 
 def view_record(row: Mapping[str, Any]) -> ViewRecord:
@@ -103,6 +125,7 @@ class Warehouse:
         self.state_path = state_path(self.uri)
         self.lock_path = f"{self.uri}/_pipeframe/lock"
         self.views_path = f"{self.uri}/_pipeframe/views"
+        self.imports_path = f"{self.uri}/_pipeframe/imports"
         self._snapshot: DeployedSnapshot | None = None
         self._records_at: tuple[int, dict[str, ViewRecord]] | None = None  # the view records of a local version
 
@@ -335,6 +358,53 @@ class Warehouse:
                         "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
         retrying(upsert)
+
+    # ---------------------------------------------------------------------------------- S3 imports
+    def imports(self, datasource: str) -> list[ImportRecord]:
+        """The ledger's records of the files imported into `datasource` (an own table, append-only: it keeps every
+        file whatever the datasource's Delta log has cleaned up since)."""
+        path = self.imports_path
+        folder = local_folder(path)
+        read = deltalog.read_rows(folder, IMPORT_COLUMNS) if folder is not None else None
+        if read is not None:
+            rows = read[1]
+        elif folder is not None and self.shares_disk and deltalog.latest_version(folder) == -1:
+            rows = []  # nothing imported yet
+        else:
+            try:
+                rows = [r.asDict() for r in self.spark.read.format("delta").load(path)
+                        .where(f"datasource = {quote_string(datasource)}").collect()]
+            except Exception:
+                if not self._exists(path):
+                    return []
+                raise
+        return [ImportRecord(**{c: r[c] for c in IMPORT_COLUMNS}) for r in rows if r["datasource"] == datasource]
+
+    def record_imports(self, found: list[ImportRecord]) -> None:
+        """Append records to the imports ledger (created on first use): by `deltaappend` in a local warehouse,
+        else by Spark's writer."""
+        import pyarrow as pa
+
+        self.require_safe_writers()
+        path = self.imports_path
+        if not self._exists(path) and not self._created(path, IMPORTS_SCHEMA):
+            with contextlib.suppress(Exception):  # a concurrent writer may create it first
+                self.spark.createDataFrame([], IMPORTS_SCHEMA).write.format("delta").mode("append").save(path)
+        stamp = datetime.now(UTC)
+        rows = [{**{c: getattr(r, c) for c in IMPORT_COLUMNS}, "imported_at": stamp} for r in found]
+        for row in rows:  # as Spark stores a TIMESTAMP: an instant, read back in UTC
+            if row["modified"] is not None and row["modified"].tzinfo is None:
+                row["modified"] = row["modified"].replace(tzinfo=UTC)
+        arrow = pa.Table.from_pylist(rows, pa.schema(
+            [(c, pa.timestamp("us", "UTC") if t == "TIMESTAMP" else pa.int64() if t == "BIGINT" else pa.string())
+             for c, t in (column.split() for column in IMPORTS_SCHEMA.split(", "))]))
+        folder = local_folder(path)
+        if folder is not None:
+            with table_lock(path):  # a commit due a checkpoint is left to Spark's writer, which writes it
+                if deltaappend.append(folder, arrow) is not None:
+                    return
+        frame = self.spark.createDataFrame(arrow.to_pylist(), IMPORTS_SCHEMA)
+        retrying(lambda: frame.write.format("delta").mode("append").save(path))
 
     # ------------------------------------------------------------------------------------- writers
     def require_safe_writers(self) -> None:

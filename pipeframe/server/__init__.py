@@ -5,7 +5,8 @@ API and an OpenAPI document generated from the endpoints' typed parameters, on F
 `errors` the error shapes, `app` the app and the server that runs it.
 """
 
-from pipeframe.server.app import RunningServer, create_app, serve_forever, start_server
+from pipeframe.server.app import RunningServer, create_app, run_forever, serve_forever, start_server
 from pipeframe.server.service import BackgroundJob, Service, Snapshot
 
-__all__ = ["BackgroundJob", "RunningServer", "Service", "Snapshot", "create_app", "serve_forever", "start_server"]
+__all__ = ["BackgroundJob", "RunningServer", "Service", "Snapshot", "create_app", "run_forever", "serve_forever",
+           "start_server"]

@@ -24,6 +24,8 @@ from pipeframe.server.openapi import add_docs_routes
 from pipeframe.server.routes import add_event_routes, add_pipe_routes, add_view_routes
 from pipeframe.server.service import Service
 
+log = logging.getLogger("pipeframe.server")
+
 # Once stopping, how long the requests in flight may take to be answered before uvicorn cancels them. Idle connections
 # close at once, so this costs nothing when none is in flight; a wait=true request may be starting Spark for its view
 # refresh (10-30 s on a small machine) and must still be answered, as committed.
@@ -109,8 +111,7 @@ class RunningServer:
         committer holds and answer its waiters, let the refresh under way finish, then close the HTTP server once
         the answers of the requests in flight are sent (uvicorn waits for open connections, up to
         GRACEFUL_SECONDS; the wait for `finished` allows for that)."""
-        self.service.stopping.set()
-        self.service.runtime.stop()
+        self.service.stop()
         self.server.should_exit = True
         self.finished.wait(GRACEFUL_SECONDS + 5)
 
@@ -159,6 +160,39 @@ def serve_forever(service: Service, host: str = "127.0.0.1", port: int = 7181,
             pass
         finally:
             running.stop()
+
+
+RUN_LOOK_S = 0.5  # how often `run` asks the service to look for a deploy made elsewhere (it decides when to read)
+
+
+def run_forever(service: Service, on_ready: Callable[[], None] | None = None) -> None:
+    """`pipeframe run`: the service's runtime without HTTP (views kept up to date, connectors consumed, scheduled
+    jobs) until Ctrl-C or SIGTERM. A thread follows deploys made elsewhere, as a server does between requests (a
+    failed look is logged and tried again); the main thread only waits, so Ctrl-C never lands inside a reload.
+    Then `serve`'s shutdown: what the consumers and the committer hold lands, the refresh under way finishes."""
+    service.runtime.start(service)
+
+    def follow() -> None:
+        while not service.stopping.wait(RUN_LOOK_S):
+            try:
+                service.follow()
+            except Exception:  # e.g. the state store unreadable for a moment: the next look tries again
+                log.warning("Cannot look for a deploy made elsewhere; trying again.", exc_info=True)
+
+    follower = threading.Thread(target=follow, name="pipeframe-run-follow", daemon=True)
+    with interrupted_cleanly():
+        try:
+            follower.start()
+            if on_ready is not None:
+                on_ready()
+            while not service.stopping.wait(RUN_LOOK_S):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            service.stopping.set()
+            follower.join()
+            service.stop()
 
 
 @contextmanager

@@ -77,6 +77,12 @@ class Service:
             self.current = Snapshot(project, project.endpoints(deployed))
             self._seen = version
 
+    def stop(self) -> None:
+        """Refuse what arrives from now on (503 PF819), then stop the runtime by its one shutdown path (see
+        `Runtime.stop`): `serve`, `dev` and `run` end here."""
+        self.stopping.set()
+        self.runtime.stop()
+
     def follow_due(self) -> bool:
         """Whether it is time to look for a deploy made elsewhere (`follow`): at most every FOLLOW_LOCAL_SECONDS
         over a local warehouse, every FOLLOW_SECONDS over any other. Answered without I/O, so a request that need
@@ -194,7 +200,8 @@ class Service:
     def ingest_stats(self) -> dict:
         """Per datasource: commits, rows, rows/s, buffer depth and rejected requests (`GET /v0/ingest`)."""
         return {"datasources": self.committer.stats(), "materializer": {
-            "running": self.materializer.running, "rounds": self.materializer.done}, "kafka": self.runtime.kafka.lag()}
+            "running": self.materializer.running, "rounds": self.materializer.done}, "kafka": self.runtime.kafka.lag(),
+            "s3": self.runtime.s3.state()}
 
     def pause(self, view: str, permanent: bool) -> None:
         with self.lock:

@@ -1,4 +1,4 @@
-"""`pipeframe serve` as a user runs it: refused before a deploy, then serving the example project until terminated."""
+"""`pipeframe serve` as a user runs it: refused before a deploy (as `pipeframe run` is), then serving the example project until terminated."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from tests.e2e.test_deploy_cli import ROOT, pipeframe
 def test_serve_needs_a_deploy_then_answers_the_example_endpoints(tmp_path):
     project = tmp_path / "shop"
     shutil.copytree(ROOT / "example_project", project, ignore=shutil.ignore_patterns(".pipeframe"))
-    refused = pipeframe("serve", "--port", str(free_port()), cwd=project)
-    assert refused.returncode == 1 and "PF818" in refused.stdout and "pipeframe deploy" in refused.stdout
-    assert "Traceback" not in refused.stdout + refused.stderr
+    for command in (("serve", "--port", str(free_port())), ("run",)):
+        refused = pipeframe(*command, cwd=project)
+        assert refused.returncode == 1 and "PF818" in refused.stdout and "pipeframe deploy" in refused.stdout
+        assert "Traceback" not in refused.stdout + refused.stderr
     for step in (("deploy", "--yes"), ("append", "--fixtures")):
         done = pipeframe(*step, cwd=project)
         assert done.returncode == 0, done.stdout + done.stderr

@@ -67,3 +67,16 @@ def deployed(spark, spark_config: ProjectConfig, name: str, files: dict[str, str
     project.deploy()
     project.load_fixtures()
     return project
+
+
+def until(what, want, deadline_s: float = 120.0):
+    """`what()` once it equals `want`, polled every 0.2 s until `deadline_s` (its last answer otherwise): how a test
+    waits for a background job (a consumer, an import, the materializer) without sleeping a guessed time."""
+    import time
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        got = what()
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)

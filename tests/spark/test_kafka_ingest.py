@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -25,7 +24,7 @@ from pipeframe.engine.localserver import free_port
 from pipeframe.project import Project
 from pipeframe.server import Service, start_server
 from tests.kafka.broker import KafkaBroker
-from tests.spark.conftest import deployed
+from tests.spark.conftest import deployed, until
 from tests.unit.test_connections import CLICKS as KAFKA_CLICKS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,16 +94,6 @@ def clicks(user: int, n: int) -> bytes:
     return json.dumps({"user": f"u{user}", "n": n}).encode()
 
 
-def until(what: Callable[[], object], want: object) -> object:
-    """`what()` once it equals `want`, polled until DEADLINE_S (its last answer otherwise)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        got = what()
-        if got == want or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
-
-
 def landed(project: Project, table: str = "clicks") -> list[tuple]:
     path = project.warehouse.snapshot(fresh=True).table(table).path
     return [tuple(r) for r in project.spark.sql(
@@ -159,9 +148,20 @@ def test_messages_land_once_in_the_datasource_and_its_view_across_restarts_of_th
     third = [clicks(9, i) for i in range(80)] + [b"not json at all"]
     produce(broker, third, start=320)
     rewind(broker, "pipeframe-clicks", "clicks")
+    # `status` of the view over the topic, with nothing consuming: per partition, what the table holds against the
+    # broker's high watermark (produce() puts message i in partition i % 4).
+    [status] = Project(project.root, spark=project.spark, environ={}).status("by_user")
+    assert status.kafka == {"datasource": "clicks", "topic": "clicks", "error": None, "partitions": {
+        str(p): {"committed": len(range(p, 320, PARTITIONS)), "high": len(range(p, 401, PARTITIONS)),
+                 "lag": len(range(p, 401, PARTITIONS)) - len(range(p, 320, PARTITIONS))} for p in range(PARTITIONS)}}
     running = serving(project)
     try:
         assert until(lambda: len(landed(project)), 400) == 400
+        every_partition_read = {"committed": "high", "lag": 0}
+        shown = until(lambda: [{"committed": "high" if p["committed"] == p["high"] else p["committed"], "lag": p["lag"]}
+                               for p in httpx.get(f"{running.url}/v0/views/by_user", timeout=30).json()["kafka"]
+                               ["partitions"].values()], [every_partition_read] * PARTITIONS)
+        assert shown == [every_partition_read] * PARTITIONS  # the views API, quarantined message included
         rows = landed(project)
         assert len({(p, o) for p, o, _, _ in rows}) == 400  # no (partition, offset) twice
         every = first + second + third[:-1]
@@ -173,29 +173,38 @@ def test_messages_land_once_in_the_datasource_and_its_view_across_restarts_of_th
         running.stop()
 
 
-def serve_process(root: Path, log: Path) -> subprocess.Popen:
-    """`pipeframe serve` of the project in its own process group (with its JVM), once it answers."""
+def worker(command: str, root: Path, log: Path) -> subprocess.Popen:
+    """`pipeframe serve` or `pipeframe run` of the project in its own process group (with its JVM), once it is up:
+    the server answers, or the worker says it runs."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEFRAME_") or k == "PIPEFRAME_SPARK_JARS"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    started = log.read_text().count("kept up to date (Ctrl-C to stop)") if log.exists() else 0
     with log.open("a") as out:
-        process = subprocess.Popen([sys.executable, "-m", "pipeframe.cli", "serve", "--port", str(port), "-p",
-                                    str(root)], env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen([sys.executable, "-m", "pipeframe.cli", command, "-p", str(root),
+                                    *(["--port", str(port)] if command == "serve" else [])], env=env, cwd=ROOT,
+                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline and process.poll() is None:
+        if command == "run":
+            if log.read_text().count("kept up to date (Ctrl-C to stop)") > started:
+                return process
+            time.sleep(0.2)  # polling for the worker to start
+            continue
         try:
             if httpx.get(f"http://127.0.0.1:{port}/v0/ingest", timeout=30).status_code == 200:
                 return process
         except httpx.TransportError:
             time.sleep(0.2)  # polling for the server to listen
     os.killpg(process.pid, signal.SIGKILL)
-    pytest.fail(f"serve never answered:\n{log.read_text()[-3000:]}")
+    pytest.fail(f"{command} never came up:\n{log.read_text()[-3000:]}")
 
 
-def test_a_server_killed_at_random_moments_while_messages_flow_lands_each_message_once(project, broker, tmp_path):
-    """Messages produced steadily while `pipeframe serve` is SIGKILLed KILLS times at random moments after it made
-    progress (its JVM with it), then served again: each message is in the datasource and its view exactly once."""
+def test_a_process_killed_at_random_moments_while_messages_flow_lands_each_message_once(project, broker, tmp_path):
+    """Messages produced steadily while the process consuming them — `pipeframe serve` and `pipeframe run` in turn —
+    is SIGKILLed KILLS times at random moments after it made progress (its JVM with it), then run again and stopped
+    with Ctrl-C: each message is in the datasource and its view exactly once."""
     total = 600 * KILLS  # produced at 40 a second: about 15 s of messages flowing per kill
     values = [clicks(i % 11, i % 97) for i in range(total)]
     stop = threading.Event()
@@ -209,14 +218,15 @@ def test_a_server_killed_at_random_moments_while_messages_flow_lands_each_messag
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()
     rng = random.Random(int(os.environ.get("PIPEFRAME_CRASH_SEED") or time.time_ns() % 1_000_000))
+    log = tmp_path / "worker.log"
     seen = 0
     try:
         for kill in range(KILLS):
-            process = serve_process(project.root, tmp_path / "serve.log")
+            process = worker(("serve", "run")[kill % 2], project.root, log)
             try:
                 grew = until(lambda before=seen: len(landed(project, "crashes")) in range(before + 1, total + 1)
                              or before == total, True)
-                assert grew, f"no progress before kill {kill}: {(tmp_path / 'serve.log').read_text()[-3000:]}"
+                assert grew, f"no progress before kill {kill}: {log.read_text()[-3000:]}"
                 time.sleep(rng.uniform(0, 1.5))  # a random moment to kill it at, after it made progress
             finally:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -225,13 +235,14 @@ def test_a_server_killed_at_random_moments_while_messages_flow_lands_each_messag
         thread.join()
     finally:
         stop.set()
-    running = serving(project)
+    process = worker("run", project.root, log)
     try:
         assert until(lambda: len(landed(project, "crashes")), total) == total
-        rows = landed(project, "crashes")
-        assert len({(p, o) for p, o, _, _ in rows}) == total
-        assert sorted((u, n) for _, _, u, n in rows) == sorted(
-            (json.loads(v)["user"], json.loads(v)["n"]) for v in values)
         assert until(lambda: view(project, "crashes_by_user"), expected_view(values)) == expected_view(values)
     finally:
-        running.stop()
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: a clean stop
+        assert process.wait(DEADLINE_S) == 0, log.read_text()[-3000:]
+    assert "\nstopped\n" in log.read_text().rsplit("kept up to date (Ctrl-C to stop)", 1)[1]  # after its banner
+    rows = landed(project, "crashes")
+    assert len({(p, o) for p, o, _, _ in rows}) == total
+    assert sorted((u, n) for _, _, u, n in rows) == sorted((json.loads(v)["user"], json.loads(v)["n"]) for v in values)

@@ -6,6 +6,8 @@ resumes from the idempotency keys a table's commits hold."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -116,6 +118,14 @@ def test_a_message_becomes_a_line_with_the_metadata_columns_and_its_own_keys():
     assert json.loads(line_of(b"{}", "t", 0, 0, 0, None, raw=False)) == {
         "__topic": "t", "__partition": 0, "__offset": 0, "__timestamp": "1970-01-01 00:00:00", "__key": "",
         "__value": ""}
+    # sent as written (a decimal's digits kept for Decimal columns), on one line even when the message spans several
+    assert line_of(b'{"price": 1.10, "big": 12345678901234567890}', "t", 0, 0, 0, None, raw=False).startswith(
+        '{"price": 1.10, "big": 12345678901234567890,"__topic":"t",')
+    pretty = line_of(b'{\n  "user": "u1",\n  "n": 3\n}\n', "t", 0, 0, 0, None, raw=False)
+    assert "\n" not in pretty and json.loads(pretty)["user"] == "u1"
+    # a timestamp no datetime holds (a producer's clock past the year 9999): when it was read, not a stopped consumer
+    read = json.loads(line_of(b"{}", "t", 0, 0, 10**17, None, raw=False))["__timestamp"]
+    assert abs((datetime.strptime(read, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC) - datetime.now(UTC)).total_seconds()) < 600
     # not a JSON object: a JSON string, which the parser quarantines with the message's text
     assert [json.loads(line_of(v, "t", 0, 7, 0, None, raw=False)) for v in (b"not json", b"", None, b"[1]")] == [
         "not json", "", "", "[1]"]
@@ -126,3 +136,23 @@ def test_each_partition_resumes_after_the_last_offset_its_table_holds():
             key_of("other", 1, 0, 500): None, "events-api-key": None, "kafka/clicks/x/1-2": None}
     assert resume_offsets(keys, "clicks") == {0: 150, 3: 10}
     assert resume_offsets({}, "clicks") == {}
+
+
+def test_the_lag_of_a_topic_whose_broker_does_not_answer_shows_the_tables_offsets_and_why(tmp_path):
+    from pipeframe.connectors.kafka import topic_lag
+    from pipeframe.engine.localserver import free_port
+
+    root = write_project(tmp_path / "proj", {"connections/local_kafka.connection": KAFKA,
+                                             "datasources/clicks.datasource": CLICKS})
+    resources = Project(root, environ={}).compiled.resources
+    [connection], clicks = resources.connections, resources.datasources[0]
+    keys = {key_of("clicks", 0, 0, 9): None, key_of("clicks", 2, 0, 4): None}
+    nowhere = {"KAFKA_SERVERS": f"127.0.0.1:{free_port()}"}  # a port nothing listens on
+    lag = topic_lag("clicks", clicks, connection, nowhere, keys, timeout=1.5)
+    assert lag == {"datasource": "clicks", "topic": "clicks", "error": "the broker did not answer within 1.5 s",
+                   "partitions": {"0": {"committed": 10, "high": None, "lag": None},
+                                  "2": {"committed": 5, "high": None, "lag": None}}}
+    servers, *others = connection.settings
+    unset = replace(connection, settings=(replace(servers, value='{{ tb_secret("NOT_SET") }}'), *others))
+    assert topic_lag("clicks", clicks, unset, {}, keys, timeout=1.5)["error"].startswith(
+        "connections/local_kafka.connection:2:1 PF112 error: Secret `NOT_SET` (KAFKA_BOOTSTRAP_SERVERS) is not set.")
