@@ -441,7 +441,7 @@ class Importer:
         name = self.settings.datasource
         log.error("S3 import %s: %s", name, reason)
         table, _ = self.project.landing_target(name)
-        Ingestor(self.project.spark, self.project.warehouse).quarantine_file(table, obj.uri, reason)
+        Ingestor(self.project.spark, self.project.warehouse).quarantine_file(table, obj.uri, reason, key_of(obj))
         self.project.warehouse.record_imports([_record(name, obj, "failed", error=reason)])
         self.attempts.pop(key_of(obj), None)
         return FileOutcome(obj.uri, "failed", error=reason)

@@ -371,6 +371,7 @@ class Ingestor:
                       sizes: list[int] | None) -> tuple[int | None, list[Landed]] | None:
         """`commit` by way of the driver (see there); None when the frame's rows did not reach it (more than
         `spark.driver.maxResultSize`): nothing is written then."""
+        import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark.sql.functions import expr
 
@@ -380,9 +381,11 @@ class Ingestor:
         if batch.fitting is not None:
             good = batch.fitting.select(columns)
             quarantined, reasons = _counted(len(sizes), ((part, reason) for part, _raw, reason in batch.misfits))
-            if batch.misfits:
-                self._quarantine_arrow([m[1] for m in batch.misfits], [m[2] for m in batch.misfits], table,
-                                       batch.source)
+            done = self._quarantined_before(table, keys, {part for part, _, _ in batch.misfits})
+            misfits = [m for m in batch.misfits if m[0] not in done]
+            if misfits:
+                self._quarantine_arrow([m[1] for m in misfits], [m[2] for m in misfits], table, batch.source,
+                                       _quarantine_record(keys, [m[0] for m in misfits]))
         else:
             # Only a misfit row's raw text is kept (quarantine): the rest need not travel to the driver.
             try:
@@ -399,10 +402,14 @@ class Ingestor:
             misfit = pc.is_valid(rows.column(REASON))
             good = rows.filter(pc.invert(misfit)).select(columns)
             bad = rows.filter(misfit)
-            quarantined, reasons = _counted(len(sizes), zip(bad.column(PART).to_pylist(),
-                                                            bad.column(REASON).to_pylist(), strict=True))
+            parts = bad.column(PART).to_pylist()
+            quarantined, reasons = _counted(len(sizes), zip(parts, bad.column(REASON).to_pylist(), strict=True))
+            done = self._quarantined_before(table, keys, set(parts))
+            if done:
+                bad = bad.filter(pc.invert(pc.is_in(bad.column(PART), pa.array(sorted(done), bad.column(PART).type))))
             if bad.num_rows:
-                self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source)
+                self._quarantine(self.spark.createDataFrame(bad.select([RAW, REASON])), table, batch.source,
+                                 _quarantine_record(keys, bad.column(PART).to_pylist()))
         accepted = [size - q for size, q in zip(sizes, quarantined, strict=True)]
         info = _commit_metadata(metadata, keys, accepted, quarantined)
         version = deltaappend.append(folder, good, records.encode(info),
@@ -426,8 +433,13 @@ class Ingestor:
         try:
             bad = frame.where(f"`{REASON}` IS NOT NULL")
             quarantined, reasons = self._misfits(bad, parts)
-            if any(quarantined):
-                self._quarantine(bad, table, batch.source)
+            done = self._quarantined_before(table, keys, {p for p, q in enumerate(quarantined) if q})
+            if done:
+                bad = bad.where(f"`{PART}` NOT IN ({', '.join(str(p) for p in sorted(done))})")
+            written = [p for p, q in enumerate(quarantined) if q and p not in done]
+            if written:
+                self._quarantine(bad, table, batch.source,
+                                 _quarantine_record(keys, [p for p in written for _ in range(quarantined[p])]))
             columns = [f"`{name}`" for name, _ in table.state.columns]
             good = frame.where(f"`{REASON}` IS NULL").select(*columns)
             if sizes is None and any(keys):  # a key is kept with its counts: count the (cached) rows now
@@ -441,21 +453,41 @@ class Ingestor:
         return (commit.version if commit else None), [Landed(a, q, r) for a, q, r in
                                                       zip(accepted, quarantined, reasons, strict=True)]
 
-    def quarantine_file(self, table: DeployedResource, source: str, reason: str) -> None:
+    def quarantine_file(self, table: DeployedResource, source: str, reason: str, key: str | None = None) -> None:
         """One quarantine entry for an input file that could not be read at all (an S3 import's): its name in
-        `source`, why in `reason`, no raw text; none of its rows landed."""
+        `source`, why in `reason`, no raw text; none of its rows landed. `key`: the file's idempotency key, kept with
+        the entry, so a pass killed before it recorded the file does not quarantine it twice."""
         self.warehouse.require_safe_writers()
-        self._quarantine_arrow([""], [reason], table, source)
+        if not self._quarantined_before(table, [key], {0}):
+            self._quarantine_arrow([""], [reason], table, source, _quarantine_record([key], [0]))
 
-    def _quarantine(self, bad: DataFrame, table: DeployedResource, source: str) -> None:
+    def _quarantined_before(self, table: DeployedResource, keys: list[str | None], parts: set[int]) -> set[int]:
+        """The requests among `parts` whose idempotency key a quarantine commit of `table` recorded already: sent
+        again after their misfits landed but not their rows (a process killed between the two commits). Their
+        misfits are not quarantined twice; their answer counts them all the same."""
+        from pipeframe.engine.groupcommit import committed_keys
+
+        wanted = {keys[p]: p for p in parts if p < len(keys) and keys[p]}
+        path = self.warehouse.quarantine_path(table.state.name)
+        if not wanted or self.warehouse.version_of(path) < 0:
+            return set()
+        recorded = committed_keys(self.spark, path)
+        return {p for key, p in wanted.items() if key in recorded}
+
+    def _quarantine(self, bad: DataFrame, table: DeployedResource, source: str, record: str | None) -> None:
+        """`record`: the commit's pipeframe userMetadata (the requests' keys, `_quarantine_record`)."""
         rows = bad.selectExpr(f"`{RAW}` AS raw", f"`{REASON}` AS reason", f"{quote_string(source)} AS source",
                               "current_timestamp() AS ingested_at")
         path = self.warehouse.quarantine_path(table.state.name)
+        writer = rows.write.format("delta").mode("append")
+        if record is not None:
+            writer = writer.option("userMetadata", record)
         # Another writer may create the quarantine table first: its commit wins, this one is retried.
         with table_lock(path):
-            retrying(lambda: rows.write.format("delta").mode("append").save(path))
+            retrying(lambda: writer.save(path))
 
-    def _quarantine_arrow(self, raws: list[str], reasons: list[str], table: DeployedResource, source: str) -> None:
+    def _quarantine_arrow(self, raws: list[str], reasons: list[str], table: DeployedResource, source: str,
+                          record: str | None) -> None:
         """Misfit lines typed without Spark, appended to the quarantine table by `deltaappend` where it can (the
         table exists, in a local folder), else by Spark's writer."""
         import pyarrow as pa
@@ -470,10 +502,10 @@ class Ingestor:
             from pipeframe.engine import tables
 
             with table_lock(path):  # on a checkpoint version too: Delta writes the checkpoint after it
-                if deltaappend.append(folder, rows, None, tables.checkpoint_later(self.spark, path)) is not None:
+                if deltaappend.append(folder, rows, record, tables.checkpoint_later(self.spark, path)) is not None:
                     return
         self._quarantine(self.spark.createDataFrame(rows.rename_columns([RAW, REASON, "source", "ingested_at"])),
-                         table, source)
+                         table, source, record)
 
     def _save(self, table: DeployedResource, good: DataFrame, mode: str, where: str | None,
               info: records.IngestRecord):
@@ -576,6 +608,18 @@ def _fits_driver(batch: Batch) -> bool:
         return True
     except Exception:  # noqa: BLE001 — Spark Connect has no JVM plan in this process
         return False
+
+
+def _quarantine_record(keys: list[str | None], parts: list[int]) -> str | None:
+    """A quarantine commit's pipeframe record: each idempotency key of the requests whose misfits it holds, with
+    (0, how many), as a datasource commit keeps them (`committed_keys` reads both); None without a key."""
+    counts: dict[str, int] = {}
+    for part in parts:
+        if part < len(keys) and keys[part]:
+            counts[keys[part]] = counts.get(keys[part], 0) + 1
+    if not counts:
+        return None
+    return records.encode(records.Ingest(commit=uuid.uuid4().hex, keys={k: (0, n) for k, n in counts.items()}))
 
 
 def _commit_metadata(metadata: records.IngestRecord | None, keys: list[str | None], accepted: list[int] | None,
