@@ -519,8 +519,7 @@ class Project:
                 views: bool = True) -> IngestResult:
         from dataclasses import replace
 
-        from pipeframe.engine.groupcommit import committed_keys
-        from pipeframe.engine.ingest import Ingestor, conform_data, detect_format, read_file
+        from pipeframe.engine.ingest import Ingestor, committed_keys, conform_data, detect_format, read_file
 
         self._known_landing(name)
         self._check_input(data, format)
@@ -639,7 +638,7 @@ class Project:
 
         from pipeframe.connectors.kafka import kafka_datasources, lag_of, topic_lag, topic_of
         from pipeframe.connectors.spec import environment
-        from pipeframe.engine.groupcommit import committed_keys
+        from pipeframe.engine.ingest import committed_keys
         from pipeframe.engine.tables import NeedsSpark
 
         kafka = kafka_datasources(self.compiled.resources, deployed)

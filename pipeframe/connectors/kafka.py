@@ -446,7 +446,7 @@ class KafkaIngest:
                 self.sources[name] = source
 
     def _keys(self, name: str) -> Mapping[str, object]:
-        from pipeframe.engine.groupcommit import committed_keys
+        from pipeframe.engine.ingest import committed_keys
 
         project = self.runtime.current()
         table, _ = project.landing_target(name)

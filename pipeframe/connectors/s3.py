@@ -389,7 +389,7 @@ class Importer:
     def _recover(self, new: list[S3Object]) -> tuple[list[S3Object], list[FileOutcome]]:
         """The files among `new` whose rows a pass killed before its ledger row did land (their key is in the
         datasource's kept history): recorded now, not appended again. Returns the others, and these."""
-        from pipeframe.engine.groupcommit import committed_keys
+        from pipeframe.engine.ingest import committed_keys
 
         table, _ = self.project.landing_target(self.settings.datasource)
         keys = committed_keys(self.project.spark, table.path or "", limit=None)

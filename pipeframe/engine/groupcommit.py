@@ -24,8 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pipeframe.config import IngestSettings
-from pipeframe.engine import tables
-from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, conform_lines
+from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, committed_keys, conform_lines
 from pipeframe.engine.jsonlines import type_lines
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
@@ -38,23 +37,10 @@ if TYPE_CHECKING:
     from pipeframe.engine.warehouse import Warehouse
     from pipeframe.plan.snapshot import DeployedResource
 
-# How far back a datasource's commits are searched for idempotency keys (once per process and datasource).
-KEY_COMMITS = 1000
 RATE_SECONDS = 60.0  # the window of the rows/s figures
 IDLE_SECONDS = 30.0  # a datasource's committing thread ends after this long without requests
 
 Target = Callable[[str], "tuple[DeployedResource, Datasource]"]
-
-
-def committed_keys(spark: SparkSession, path: str, limit: int = KEY_COMMITS) -> dict[str, IngestResult]:
-    """The idempotency keys recorded in a table's newest `limit` commits, each with what its request landed."""
-    found: dict[str, IngestResult] = {}
-    for commit in tables.history(spark, path, limit):
-        keys = commit.metadata.keys if isinstance(commit.metadata, records.IngestRecord) else {}
-        for key, (accepted, quarantined) in keys.items():
-            if key not in found:
-                found[key] = IngestResult("", accepted, quarantined, commit.version, replayed=True)
-    return found
 
 
 @dataclass

@@ -36,6 +36,8 @@ DIRECT_BYTES = 16 * 1024 * 1024
 # Plan nodes that make a frame's rows more than Spark's estimate says (explode) or that run Python: never sized.
 _UNSIZED = re.compile(r"Generate|Python|Pandas|Arrow|MapPartitions|MapElements|AppendColumns")
 MISFITS_COLLECTED = 10_000  # misfit rows of one commit brought to the driver to count them; more are aggregated
+# How far back a datasource's commits are searched for idempotency keys (once per process and datasource).
+KEY_COMMITS = 1000
 REASONS_SHOWN = 100  # a request's answer lists the reason of each quarantined row, up to this many
 # A JSON line as tokens: a whole string (an escaped character never ends it) or a run of anything else.
 JSON_TOKENS = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[^"]++'
@@ -465,8 +467,6 @@ class Ingestor:
         """The requests among `parts` whose idempotency key a quarantine commit of `table` recorded already: sent
         again after their misfits landed but not their rows (a process killed between the two commits). Their
         misfits are not quarantined twice; their answer counts them all the same."""
-        from pipeframe.engine.groupcommit import committed_keys
-
         wanted = {keys[p]: p for p in parts if p < len(keys) and keys[p]}
         path = self.warehouse.quarantine_path(table.state.name)
         if not wanted or self.warehouse.version_of(path) < 0:
@@ -608,6 +608,20 @@ def _fits_driver(batch: Batch) -> bool:
         return True
     except Exception:  # noqa: BLE001 — Spark Connect has no JVM plan in this process
         return False
+
+
+def committed_keys(spark: SparkSession | None, path: str, limit: int | None = KEY_COMMITS) -> dict[str, IngestResult]:
+    """The idempotency keys recorded in a table's newest `limit` commits (None: all it keeps), each with what its
+    request landed: a datasource's (the group committer, appends, S3 imports, Kafka batches) or its quarantine's."""
+    from pipeframe.engine import tables
+
+    found: dict[str, IngestResult] = {}
+    for commit in tables.history(spark, path, limit):
+        keys = commit.metadata.keys if isinstance(commit.metadata, records.IngestRecord) else {}
+        for key, (accepted, quarantined) in keys.items():
+            if key not in found:
+                found[key] = IngestResult("", accepted, quarantined, commit.version, replayed=True)
+    return found
 
 
 def _quarantine_record(keys: list[str | None], parts: list[int]) -> str | None:
