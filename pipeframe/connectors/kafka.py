@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pipeframe.connectors.spec import environment, resolved
+from pipeframe.connectors.spec import environment, settings_of
 from pipeframe.datafiles.parser import KAFKA_COLUMNS
 from pipeframe.errors import PipeframeError
 
@@ -131,11 +131,6 @@ def _timestamp(timestamp_ms: int | None) -> str:
 @functools.lru_cache(maxsize=1024)
 def _second(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def settings_of(datasource: Datasource, connection: Connection, environ: Mapping[str, str]) -> dict[str, str]:
-    """A Kafka datasource's settings and its connection's, secrets put in (PF112 for one that is not set)."""
-    return {s.keyword: resolved(s, environ) for s in (*connection.settings, *datasource.connector)}
 
 
 def client_config(name: str, settings: Mapping[str, str]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pipeframe.connectors.spec import BUCKET_URI, S3, connector_of, environment, from_timestamp, resolved
+from pipeframe.connectors.spec import BUCKET_URI, S3, connector_of, environment, from_timestamp, settings_of
 from pipeframe.errors import PipeframeError
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class ImportSettings:
 def import_settings(name: str, datasource: Datasource, connection: Connection,
                     environ: Mapping[str, str]) -> ImportSettings:
     """Read the settings where the import runs (PF112 for a secret that is not set)."""
-    values = {s.keyword: resolved(s, environ) for s in (*connection.settings, *datasource.connector)}
+    values = settings_of(datasource, connection, environ)
     stamp = values.get("IMPORT_FROM_TIMESTAMP")
     from_time = from_timestamp(stamp) if stamp else None
     if stamp and from_time is None:

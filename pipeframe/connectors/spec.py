@@ -196,6 +196,11 @@ def environment(root: Path, environ: Mapping[str, str]) -> dict[str, str]:
     return {**values, **environ}
 
 
+def settings_of(datasource: Datasource, connection: Connection, environ: Mapping[str, str]) -> dict[str, str]:
+    """A connector datasource's settings and its connection's, secrets put in (PF112 for one that is not set)."""
+    return {s.keyword: resolved(s, environ) for s in (*connection.settings, *datasource.connector)}
+
+
 def resolved(setting: Setting, environ: Mapping[str, str]) -> str:
     """A setting's value with every `tb_secret(...)` call replaced (PF112 for a secret not set without default)."""
 
