@@ -26,7 +26,17 @@ def quote_path(path: str) -> str:
     return "delta." + quote_identifier(path)
 
 
+PY4J_CALL = "An error occurred while calling "  # Py4J's first line of a Java exception: not the error itself
+
+
 def first_line(exc: BaseException) -> str:
-    """The first line of an error (at most 300 characters): Spark's messages run to pages of JVM stack."""
+    """The first line of an error (at most 300 characters): Spark's messages run to pages of JVM stack. For an error
+    Py4J relays from the JVM (`An error occurred while calling o103.save.` then `: org.apache...Exception: why`), the
+    Java exception's line, its class without its package."""
     text = str(exc).strip().splitlines()
+    if text and text[0].startswith(PY4J_CALL):
+        cause = next((line[2:] for line in text[1:] if line.startswith(": ")), "")
+        name, colon, why = cause.partition(": ")
+        if cause:
+            return (name.rsplit(".", 1)[-1] + colon + why)[:300]
     return text[0][:300] if text else type(exc).__name__

@@ -62,19 +62,24 @@ META_COLUMNS = frozenset(column.split("`")[1] for column in KAFKA_COLUMNS)
 
 
 def key_of(topic: str, partition: int, first: int, last: int) -> str:
-    return f"kafka/{topic}/{partition}/{first}-{last}"
+    return f"{app_of(topic, partition)}/{first}-{last}"
+
+
+def app_of(topic: str, partition: int) -> str:
+    """The sequence a partition's batches continue (`engine.ingest.fence_of`): the appId of their `txn` actions."""
+    return f"kafka/{topic}/{partition}"
 
 
 def parse_key(key: str, topic: str) -> tuple[int, int, int] | None:
     """(partition, first, last) of a `key_of` key of `topic`; None for any other key (another writer's key that
     only looks like ours included)."""
-    prefix = f"kafka/{topic}/"
-    if not key.startswith(prefix):
+    from pipeframe.engine.ingest import fence_of
+
+    fence, prefix = fence_of(key), app_of(topic, 0)[:-1]
+    if fence is None or not fence[0].startswith(prefix):
         return None
-    partition, _, span = key[len(prefix):].partition("/")
-    first, _, last = span.partition("-")
     try:
-        return int(partition), int(first), int(last)
+        return int(fence[0][len(prefix):]), fence[1], fence[2]
     except ValueError:
         return None
 
@@ -323,6 +328,10 @@ class KafkaSource:
         future, batch = state.in_flight
         state.in_flight = None
         error = future.exception()
+        held = getattr(error, "landed", {}).get(app_of(self.topic, partition))
+        if held is not None:  # `Fenced`: another writer landed these offsets (up to `held`) first
+            self._skip(consumer, partition, state, batch, held)
+            return
         if error is not None:
             self.error = str(error)
             log.warning("Kafka datasource %s: the commit of partition %d offsets %d-%d failed (%s); sending it again",
@@ -333,6 +342,25 @@ class KafkaSource:
         with self._lock:
             state.committed = batch[-1][0] + 1
         consumer.commit(offsets=[TopicPartition(self.topic, partition, state.committed)], asynchronous=True)
+
+    def _skip(self, consumer: Any, partition: int, state: _Partition, batch: list[tuple[int, str]], held: int) -> None:
+        """Continue partition `partition` after offset `held`, which the table holds from another writer (a consumer
+        of another group, or one that took the partition while this one stalled): what was read up to it is
+        dropped, the rest sent again, and the consumer seeks past it when it had not read that far."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        log.warning("Kafka datasource %s: partition %d up to offset %d was landed by another writer; continuing "
+                    "after it", self.name, partition, held)
+        state.buffered = [m for m in batch + state.buffered if m[0] > held]
+        with self._lock:
+            state.committed = max(state.committed or 0, held + 1)
+        if state.next is None or state.next <= held:
+            state.next = held + 1
+            try:
+                consumer.seek(TopicPartition(self.topic, partition, held + 1))
+            except KafkaException as err:  # not fetching yet: `next` drops what is read before it
+                self._broker_error(err)
+        consumer.commit(offsets=[TopicPartition(self.topic, partition, held + 1)], asynchronous=True)
 
     def _drain(self, consumer: Any, partitions: list[int]) -> None:
         """Wait for the requests in flight of `partitions` (stopping, or a rebalance taking them away): as long as

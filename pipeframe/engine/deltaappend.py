@@ -43,7 +43,14 @@ them until OPTIMIZE rewrites them.
 Tables are created here too (`create`: version 0 as Spark's CREATE TABLE writes it, for deploy's datasource and view
 tables and pipeframe's own), and pipeframe's own small tables (the state store, the deploy lock, the view records)
 changed (`rewrite`: every row read, the new rows written as one file, every old file removed in the same commit),
-with the same commit file a version only one writer can take."""
+with the same commit file a version only one writer can take.
+
+Fences (a Kafka partition's offsets): an append may carry, per sequence it continues (`fences`: appId -> the first
+and last number of its rows), a `txn` action recording the last number, Delta's idempotent-write record. It lands
+only while the table's newest `txn` of each appId is below the first number: checked against the snapshot before
+writing, and again against every commit that wins a version first. Two writers of one sequence (a consumer stalled
+past its group session and the one that took its partition, or two groups reading one topic into one table)
+therefore never land a number twice: the second is refused with `Fenced`, which says where the table is."""
 
 from __future__ import annotations
 
@@ -55,13 +62,14 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import deltalog, deltaschema, generated
+from pipeframe.errors import PipeframeError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,6 +91,28 @@ STRING_MAX = "\U0010FFFF"  # after a cut maximum's prefix: greater than whatever
 PARTITION_TYPES = ("string", "byte", "short", "integer", "long", "date", "timestamp", "timestamp_ntz", "boolean")
 
 
+Fences = Mapping[str, tuple[int, int]]  # appId -> (first, last) of the numbers an append continues it with
+
+
+class Fenced(PipeframeError):
+    """An append continuing a sequence (a Kafka partition) from a number the table already holds: nothing of it was
+    committed. `landed`: appId -> the last number the table holds, for each sequence that refused it."""
+
+    def __init__(self, landed: Mapping[str, int]) -> None:
+        self.landed = dict(landed)
+        held = ", ".join(f"`{app}` up to {last}" for app, last in sorted(self.landed.items()))
+        super().__init__("PF719", f"Rows already landed: the table holds {held}.",
+                         "Nothing was committed: continue after what the table holds (a Kafka consumer seeks "
+                         "there itself).", http_status=409)
+
+
+def refuse(fences: Fences, held: Mapping[str, int]) -> None:
+    """Raise `Fenced` when `held` (appId -> the table's last number) reaches into a fence's numbers."""
+    landed = {app: held[app] for app, (first, _last) in fences.items() if app in held and held[app] >= first}
+    if landed:
+        raise Fenced(landed)
+
+
 @dataclass(frozen=True)
 class _Table:
     """What an append checks against: the latest version and the top-level columns (name → Delta type)."""
@@ -100,13 +130,15 @@ class _Table:
 
 
 def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
-           on_checkpoint: Callable[[int], object] | None = None, time_zone: str = "UTC") -> int | None:
+           on_checkpoint: Callable[[int], object] | None = None, time_zone: str = "UTC",
+           fences: Fences | None = None) -> int | None:
     """Commit `rows` as one append to the Delta table in local `folder`: the new version, or None when this module
     must leave the append to Spark (see the module's docstring; then nothing was written to the log).
 
     `on_checkpoint(version)` is called after a commit that falls on a checkpoint version, to have Delta write the
     checkpoint (`tables.checkpoint`); without it, such commits are left to Spark's writer. `time_zone`: the Spark
-    session's, in which generated columns are computed (`generated`)."""
+    session's, in which generated columns are computed (`generated`). `fences`: the sequences the rows continue
+    (the module's docstring); `Fenced` when the table holds a number of one already."""
     data: list[dict] | None = None
     table, version, complete = None, -1, rows
     for _attempt in range(ATTEMPTS):
@@ -115,6 +147,11 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
             complete = _with_generated(rows, table, time_zone) if table is not None else None
             if table is None or complete is None or not _fits(complete, table):
                 return None
+            if fences:
+                held = deltalog.transaction_versions(folder, frozenset(fences))
+                if held is None:
+                    return None
+                refuse(fences, held)
             version = table.version + 1
         due = version % table.checkpoint_interval == 0
         if due and on_checkpoint is None:
@@ -123,7 +160,8 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
             data = _write_files(folder, complete, table) if rows.num_rows else []
             if data is None:
                 return None  # statistics a clustered table requires cannot be written for these rows
-        committed = _commit(folder, version, table, rows.num_rows, data, user_metadata)
+        committed = _commit(folder, version, table, rows.num_rows, data, user_metadata,
+                            txns={app: last for app, (_first, last) in (fences or {}).items()})
         if committed is None:
             return None  # the filesystem cannot create the commit file this way: Spark's writer can
         if committed:
@@ -134,6 +172,11 @@ def append(folder: str, rows: pa.Table, user_metadata: str | None = None,
         if actions is None or any("metaData" in a or "protocol" in a or "domainMetadata" in a for a in actions):
             table, data = None, None  # a metadata or protocol change won: check (and lay out the files) again
         else:
+            if fences:  # a writer of the same sequence won: refused when it reached into these numbers
+                try:
+                    refuse(fences, dict(t for a in actions if (t := deltalog.txn_of(a)) is not None))
+                except deltalog.Unanswerable:
+                    return None
             version += 1  # a blind append conflicts with no data change: take the next version
     return None
 
@@ -637,10 +680,12 @@ def _millis(value: datetime, zone: str | None, up: bool = False) -> str:
 
 
 def _commit(folder: str, version: int, table: _Table, count: int, data: list[dict],
-            user_metadata: str | None, removed: list[dict] | None = None, merge: dict | None = None) -> bool | None:
+            user_metadata: str | None, removed: list[dict] | None = None, merge: dict | None = None,
+            txns: Mapping[str, int] | None = None) -> bool | None:
     """Put commit `version` in place: False when another writer has it, None when the filesystem cannot link.
     `removed`: the `add` actions of the files a rewrite replaces (None: a blind append); `merge`: the row counts of
-    a MERGE the commit is recorded as (`replace_keys`), instead of an overwrite."""
+    a MERGE the commit is recorded as (`replace_keys`), instead of an overwrite; `txns`: appId -> version, the `txn`
+    actions of an idempotent write."""
     stamp = int(time.time() * 1000)
     if removed is None:
         operation = {"operation": "WRITE", "operationParameters": {
@@ -660,7 +705,8 @@ def _commit(folder: str, version: int, table: _Table, count: int, data: list[dic
     removes = [{"remove": {"path": add["path"], "deletionTimestamp": stamp, "dataChange": True,
                            "extendedFileMetadata": True, "partitionValues": add.get("partitionValues") or {},
                            "size": add.get("size", 0)}} for add in removed or ()]
-    return _put(folder, version, [{"commitInfo": info}, *removes, *({"add": add} for add in data)])
+    recorded = [{"txn": {"appId": app, "version": last, "lastUpdated": stamp}} for app, last in (txns or {}).items()]
+    return _put(folder, version, [{"commitInfo": info}, *recorded, *removes, *({"add": add} for add in data)])
 
 
 def _put(folder: str, version: int, lines: list[dict]) -> bool | None:

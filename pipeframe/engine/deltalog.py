@@ -127,16 +127,34 @@ def transaction_version(folder: str, app_id: str) -> int | None:
     """The version of the newest idempotent write (`txnAppId`/`txnVersion`) recorded for `app_id` in the table's
     current snapshot; None when it has none, or when the log cannot say (no log, a gap in it, a transaction
     retention the snapshot would apply)."""
+    found = transaction_versions(folder, frozenset({app_id}))
+    return None if found is None else found.get(app_id)
+
+
+def transaction_versions(folder: str, app_ids: frozenset[str]) -> dict[str, int] | None:
+    """`transaction_version` of each of `app_ids` that has one (one replay of the log for all of them); None when
+    the log cannot say."""
     try:
         listing = list_log(folder)
         if listing is None or listing.latest < 0:
             return None
-        found = _snapshot_actions(folder, listing, want_txn=app_id)
+        found = _snapshot_actions(folder, listing, want_txns=app_ids)
     except (OSError, Unanswerable):
         return None
     if TXN_RETENTION in found.configuration():
         return None  # expired transactions leave the snapshot: let Delta judge
-    return found.txn
+    return found.txns
+
+
+def txn_of(action: dict) -> tuple[str, int] | None:
+    """(appId, version) of a `txn` action; None for any other action. Unanswerable for a txn without a version."""
+    entry = action.get("txn")
+    if not isinstance(entry, dict):
+        return None
+    version = entry.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise Unanswerable("a txn action without a version")
+    return str(entry.get("appId")), version
 
 
 @dataclass(frozen=True)
@@ -464,8 +482,7 @@ def _string_map(value: Any) -> dict:
 
 @dataclass
 class _Found:
-    txn: int | None = None
-    txn_seen: bool = False
+    txns: dict[str, int] = field(default_factory=dict)  # appId -> version, of the app ids asked for
     metadata: dict | None = None
     protocol: dict | None = None
 
@@ -488,39 +505,36 @@ def _replay_start(listing: Listing) -> tuple[int | None, int]:
     return base, first
 
 
-def _snapshot_actions(folder: str, listing: Listing, want_txn: str | None = None,
+def _snapshot_actions(folder: str, listing: Listing, want_txns: frozenset[str] = frozenset(),
                       want_protocol: bool = False) -> _Found:
-    """The current metaData action (and the newest txn of `want_txn`, the protocol if `want_protocol`) of a table:
-    commit files newest first, then the newest checkpoint they reach back to."""
+    """The current metaData action (and the newest txn of each of `want_txns`, the protocol if `want_protocol`) of a
+    table: commit files newest first, then the newest checkpoint they reach back to."""
     found = _Found()
     latest = listing.latest
     base, first = _replay_start(listing)
 
     def take(actions: Iterator[dict]) -> None:
-        """One file's metaData and txn of `want_txn`: the last of each in it (Delta applies them in order);
+        """One file's metaData and txns of `want_txns`: the last of each in it (Delta applies them in order);
         a newer file's win over an older one's."""
-        meta = txn = protocol = None
+        meta = protocol = None
+        txns: dict[str, int] = {}
         for action in actions:
             if isinstance(action.get("metaData"), dict):
                 meta = action["metaData"]
             if isinstance(action.get("protocol"), dict):
                 protocol = action["protocol"]
-            entry = action.get("txn")
-            if want_txn is not None and isinstance(entry, dict) and entry.get("appId") == want_txn:
-                txn = entry
+            if want_txns and (txn := txn_of(action)) is not None and txn[0] in want_txns:
+                txns[txn[0]] = txn[1]
         if found.metadata is None and meta is not None:
             found.metadata = meta
         if found.protocol is None and protocol is not None:
             found.protocol = protocol
-        if not found.txn_seen and txn is not None:
-            version = txn.get("version")
-            if not isinstance(version, int) or isinstance(version, bool):
-                raise Unanswerable("a txn action without a version")
-            found.txn, found.txn_seen = version, True
+        for app_id, version in txns.items():
+            found.txns.setdefault(app_id, version)
 
     for version in range(latest, first - 1, -1):
         take(_actions(_commit_path(folder, version)))
-        if found.metadata is not None and (want_txn is None or found.txn_seen) and \
+        if found.metadata is not None and len(found.txns) == len(want_txns) and \
                 (not want_protocol or found.protocol is not None):
             return found
     if base is not None:

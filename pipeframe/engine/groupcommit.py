@@ -24,7 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pipeframe.config import IngestSettings
-from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, committed_keys, conform_lines
+from pipeframe.engine import deltalog
+from pipeframe.engine.conflicts import local_folder
+from pipeframe.engine.deltaappend import Fenced
+from pipeframe.engine.ingest import Batch, Ingestor, IngestResult, committed_keys, conform_lines, fence_of
 from pipeframe.engine.jsonlines import type_lines
 from pipeframe.errors import PipeframeError
 from pipeframe.plan import records
@@ -240,6 +243,9 @@ class GroupCommitter:
         stats = queue.stats
         try:
             table, definition = self.target(queue.name)
+            group = self._unfenced(queue, table, group)
+            if not group:
+                return
             lines, parts = [], []
             for index, request in enumerate(group):
                 lines += request.lines
@@ -264,11 +270,13 @@ class GroupCommitter:
                 # A commit can fail after it landed (an unclear storage error): its keys are read again before a
                 # retry of the same key is answered, so the retry finds them rather than committing twice.
                 queue.keys = None
-            error = exc if isinstance(exc, PipeframeError) else PipeframeError(
+            error = exc if isinstance(exc, PipeframeError) and not isinstance(exc, Fenced) else PipeframeError(
                 "PF718", f"Cannot commit rows to `{queue.name}`: {first_line(exc)}",
                 "Nothing of the request landed: send it again (with the same Idempotency-Key).", http_status=503)
-            for request in group:
-                request.done.set_exception(error)
+            for request in group:  # a writer of a sequence won meanwhile: its requests are told, the rest try again
+                fence = fence_of(request.key)
+                fenced = isinstance(exc, Fenced) and fence is not None and fence[0] in exc.landed
+                request.done.set_exception(exc if fenced else error)
             return
         results = [IngestResult(queue.name, part.accepted, part.quarantined, version, part.reasons)
                    for part in landed]
@@ -292,6 +300,34 @@ class GroupCommitter:
         for request, result in zip(group, results, strict=True):
             request.done.set_result(replace(result, mark=mark))
         queue.committed = time.monotonic()  # once answered: the next group's `flush_ms` clock starts no earlier
+
+    def _unfenced(self, queue: _Queue, table: DeployedResource, group: list[_Request]) -> list[_Request]:
+        """The group less its requests that continue a sequence (a Kafka partition: `fence_of` their key) from a
+        number the table already holds, another writer's: each of those fails with `Fenced` (what the table holds)
+        before anything is written, so the rest of the group lands. The commit checks again (`deltaappend.append`)
+        against a writer that wins in between; a table not in a local folder is checked there only."""
+        fences = [fence_of(request.key) for request in group]
+        folder = local_folder(table.path or "")
+        if folder is None or not any(fences):
+            return group
+        held = deltalog.transaction_versions(folder, frozenset(f[0] for f in fences if f is not None))
+        if held is None:
+            return group
+        kept, refused = [], []
+        for request, fence in zip(group, fences, strict=True):
+            if fence is not None:
+                app, first, last = fence
+                if held.get(app, -1) >= first:
+                    refused.append((request, Fenced({app: held[app]})))
+                    continue
+                held[app] = last  # a later request of the sequence in this group continues after this one
+            kept.append(request)
+        if refused:
+            with queue.cond:
+                self._settle(queue, [request for request, _ in refused])
+            for request, error in refused:
+                request.done.set_exception(error)
+        return kept
 
     @staticmethod
     def _settle(queue: _Queue, group: list[_Request]) -> None:

@@ -416,7 +416,7 @@ class Ingestor:
         info = _commit_metadata(metadata, keys, accepted, quarantined)
         version = deltaappend.append(folder, good, records.encode(info),
                                      tables.checkpoint_later(self.spark, table.path or ""),
-                                     self.spark.conf.get("spark.sql.session.timeZone"))
+                                     self.spark.conf.get("spark.sql.session.timeZone"), fences_of(keys))
         direct = version is not None
         if version is None:  # the table changed meanwhile, or a checkpoint version on Spark Connect
             commit = self._save(table, self.spark.createDataFrame(good, schema=table.state.schema), "append", None, info)
@@ -608,6 +608,35 @@ def _fits_driver(batch: Batch) -> bool:
         return True
     except Exception:  # noqa: BLE001 — Spark Connect has no JVM plan in this process
         return False
+
+
+SEQUENCED = "kafka/"  # keys whose requests number their rows: a Kafka partition's batch (connectors/kafka.py)
+
+
+def fence_of(key: str | None) -> tuple[str, int, int] | None:
+    """(appId, first, last) of a key that numbers its request's rows — a Kafka batch `kafka/<topic>/<p>/<first>-<last>`
+    continues the sequence `kafka/<topic>/<p>` (Kafka topic names hold no `/`) —; None for any other key. Such a
+    request lands fenced (`deltaappend.Fenced`): never a number of its sequence the table holds already."""
+    if not key or not key.startswith(SEQUENCED):
+        return None
+    app, _, span = key.rpartition("/")
+    first, _, last = span.partition("-")
+    try:
+        numbers = int(first), int(last)
+    except ValueError:
+        return None
+    return (app, *numbers) if 0 <= numbers[0] <= numbers[1] else None
+
+
+def fences_of(keys: Iterable[str | None]) -> dict[str, tuple[int, int]]:
+    """The sequences the requests of one commit continue: appId -> (its first number, its last) over them."""
+    found: dict[str, tuple[int, int]] = {}
+    for key in keys:
+        if (fence := fence_of(key)) is not None:
+            app, first, last = fence
+            known = found.get(app, (first, last))
+            found[app] = (min(known[0], first), max(known[1], last))
+    return found
 
 
 def committed_keys(spark: SparkSession | None, path: str, limit: int | None = KEY_COMMITS) -> dict[str, IngestResult]:

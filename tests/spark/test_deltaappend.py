@@ -239,10 +239,10 @@ def test_metadata_change_won_is_checked_again(spark, table_path, monkeypatch):
     arrow = frame(spark, 0, 5).toArrow()
     commit = deltaappend._commit
 
-    def late(folder, version, *args):  # another writer adds a column just before this commit
+    def late(folder, version, *args, **kwargs):  # another writer adds a column just before this commit
         monkeypatch.setattr(deltaappend, "_commit", commit)
         spark.sql(f"ALTER TABLE {quote_path(table_path)} ADD COLUMNS (extra STRING)")
-        return commit(folder, version, *args)
+        return commit(folder, version, *args, **kwargs)
 
     monkeypatch.setattr(deltaappend, "_commit", late)
     assert deltaappend.append(table_path, arrow) is None, "the rows lack the new column: Spark must write them"

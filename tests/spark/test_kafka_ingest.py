@@ -45,6 +45,9 @@ DATASOURCE by_user
 CRASHES = CLICKS.replace("KAFKA_TOPIC clicks", "KAFKA_TOPIC crashes").replace(
     'tb_secret("CLICKS_GROUP", "pipeframe-clicks")', "pipeframe-crashes")
 BY_USER_CRASHES = BY_USER.replace("by_user", "crashes_by_user").replace("FROM clicks", "FROM crashes")
+# The fence test's datasource: its consumer group from a secret, so that two servers read it as two groups.
+SHARED = CLICKS.replace("KAFKA_TOPIC clicks", "KAFKA_TOPIC shared").replace(
+    'tb_secret("CLICKS_GROUP", "pipeframe-clicks")', 'tb_secret("SHARED_GROUP", "pipeframe-shared")')
 PARTITIONS = 4
 DEADLINE_S = 120
 KILLS = int(os.environ.get("PIPEFRAME_KAFKA_KILLS") or 2)  # SIGKILLs of `pipeframe serve` in the crash test
@@ -55,6 +58,7 @@ def broker(kafka_broker: KafkaBroker) -> KafkaBroker:
     """The session's broker (tests/conftest.py) with this module's topics."""
     kafka_broker.create_topic("clicks", PARTITIONS)
     kafka_broker.create_topic("crashes", PARTITIONS)
+    kafka_broker.create_topic("shared", PARTITIONS)
     return kafka_broker
 
 
@@ -65,7 +69,7 @@ def project(spark, spark_config, broker) -> Project:
     return deployed(spark, spark_config, "kafka_ingest", {
         "connections/local_kafka.connection": connection, "datasources/clicks.datasource": CLICKS,
         "pipes/by_user.pipe": BY_USER, "datasources/crashes.datasource": CRASHES,
-        "pipes/crashes_by_user.pipe": BY_USER_CRASHES})
+        "pipes/crashes_by_user.pipe": BY_USER_CRASHES, "datasources/shared.datasource": SHARED})
 
 
 def produce(broker: KafkaBroker, values: list[bytes], start: int = 0, topic: str = "clicks") -> None:
@@ -122,8 +126,8 @@ def expected_view(values: list[bytes]) -> dict[str, tuple]:
     return {user: tuple(v) for user, v in out.items()}
 
 
-def serving(project: Project):
-    return start_server(Service(Project(project.root, spark=project.spark, environ={})), "127.0.0.1", 0)
+def serving(project: Project, environ: dict[str, str] | None = None):
+    return start_server(Service(Project(project.root, spark=project.spark, environ=environ or {})), "127.0.0.1", 0)
 
 
 def test_messages_land_once_in_the_datasource_and_its_view_across_restarts_of_the_server_and_the_broker(
@@ -171,6 +175,34 @@ def test_messages_land_once_in_the_datasource_and_its_view_across_restarts_of_th
         assert kept == 1 and "not json at all" in str(quarantined(project))
     finally:
         running.stop()
+
+
+def test_two_consumer_groups_reading_one_topic_into_one_table_land_each_message_once(project, broker):
+    """Two servers consume one topic into one datasource as two consumer groups (a second deployment pointed at the
+    same warehouse; or, alike, a consumer stalled past its session while its partitions' next owner starts): each
+    batch commits with its partition's offsets as a Delta `txn`, and a batch reaching into offsets the table holds
+    is refused (PF719) and its consumer goes on after them. Each message lands once."""
+    first = [clicks(i % 13, i) for i in range(3000)]
+    produce(broker, first, topic="shared")
+    servers = [serving(project), serving(project, {"SHARED_GROUP": "pipeframe-shared-2"})]
+    try:
+        assert until(lambda: len(landed(project, "shared")), 3000) == 3000
+        second = [clicks(i % 13, i) for i in range(3000, 4000)]
+        produce(broker, second, start=3000, topic="shared")
+        caught_up = [{"lag": 0}] * PARTITIONS * 2  # both groups, every partition: the table holds what they read
+
+        def lags() -> list[dict]:
+            return [{"lag": p["lag"]} for server in servers
+                    for p in server.service.ingest_stats()["kafka"]["shared"]["partitions"].values()]
+
+        assert until(lags, caught_up) == caught_up
+    finally:
+        for server in servers:
+            server.stop()
+    rows = landed(project, "shared")
+    assert len(rows) == 4000 and len({(p, o) for p, o, _, _ in rows}) == 4000
+    assert sorted((u, n) for _, _, u, n in rows) == sorted((json.loads(v)["user"], json.loads(v)["n"])
+                                                           for v in first + second)
 
 
 def worker(command: str, root: Path, log: Path) -> subprocess.Popen:
