@@ -42,6 +42,12 @@ class IngestSettings:
     # Group commits and view increments to local tables are written by pyarrow and committed to the Delta log
     # without a Spark write job (engine/deltaappend.py); false: always through Spark's writer.
     direct_commit: bool = True
+    # How `serve`/`dev`/`run` read Kafka datasources: `consumer` (librdkafka in the server's process) or `streaming`
+    # (Spark Structured Streaming's Kafka source: read and parsed on the cluster's executors; connectors/kafka_stream.py).
+    kafka_engine: str = "consumer"
+
+
+KAFKA_ENGINES = ("consumer", "streaming")
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,13 @@ def _ingest(value: Any) -> IngestSettings:
                              f"Use only: {', '.join(known)}.", Location(CONFIG_FILE))
     settings = {}
     for key, number in value.items():
+        if key == "kafka_engine":
+            if number not in KAFKA_ENGINES:
+                raise PipeframeError("PF002", f"`ingest.kafka_engine` must be one of {', '.join(KAFKA_ENGINES)}, not "
+                                     f"`{number}`.", "Write e.g. `ingest: {kafka_engine: streaming}`.",
+                                     Location(CONFIG_FILE))
+            settings[key] = number
+            continue
         if key == "direct_commit":
             if not isinstance(number, bool):
                 raise PipeframeError("PF002", f"`ingest.direct_commit` must be true or false, not `{number}`.",

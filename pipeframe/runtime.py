@@ -55,6 +55,7 @@ class Runtime:
 
     def _build(self, project: Project) -> None:
         from pipeframe.connectors.kafka import KafkaIngest
+        from pipeframe.connectors.kafka_stream import KafkaStream
         from pipeframe.connectors.s3 import S3Imports
         from pipeframe.engine.continuous import ContinuousMaterializer
         from pipeframe.engine.groupcommit import GroupCommitter
@@ -64,7 +65,7 @@ class Runtime:
         self.committer: GroupCommitter = GroupCommitter(
             project.spark, project.warehouse, lambda name: self.current().landing_target(name),
             project.config.ingest, on_commit=self.materializer.committed)
-        self.kafka = KafkaIngest(self)  # every Kafka datasource consumed into the committer
+        self.kafka = KafkaIngest(self, KafkaStream)  # every Kafka datasource consumed into the committer
         self.s3 = S3Imports(self)  # every @auto S3 import datasource's new files appended
 
     def serve(self, current: Callable[[], Project], jobs: Iterable[Job] = ()) -> None:

@@ -39,6 +39,7 @@ import orjson
 from pipeframe.connectors.spec import environment, settings_of
 from pipeframe.datafiles.parser import KAFKA_COLUMNS
 from pipeframe.errors import PipeframeError
+from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
     from pipeframe.datafiles.model import Connection, Datasource, Resources
@@ -420,9 +421,10 @@ class KafkaIngest:
     a `KafkaSource` per datasource, started and stopped as deploys add and remove them, started again if its
     consumer stopped on an error."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Any, stream: Callable[..., Any]) -> None:
         self.runtime = runtime
-        self.sources: dict[str, KafkaSource] = {}
+        self.stream = stream  # `kafka_stream.KafkaStream`, for `ingest.kafka_engine: streaming`
+        self.sources: dict[str, Any] = {}  # KafkaSource or KafkaStream
         self.failed: dict[str, str] = {}  # datasource -> why its consumer could not start (a secret not set, ...)
         self._lock = threading.Lock()  # sources and failed: the sync thread, stop() and lag() share them
         self._stop = threading.Event()
@@ -456,16 +458,21 @@ class KafkaIngest:
             with self._lock:
                 if name in self.sources or self._stop.is_set():
                     continue
+                environ = environment(project.root, project.environ)
                 try:
-                    source = KafkaSource(name, datasource, connection, environment(project.root, project.environ),
-                                         committer.submit, lambda n=name: self._keys(n))
-                except PipeframeError as err:  # e.g. PF112: told once, tried again at each look (a .env edited)
-                    if self.failed.get(name) != str(err):
-                        log.error("Kafka datasource %s is not consumed: %s", name, err)
-                    self.failed[name] = str(err)
+                    if project.config.ingest.kafka_engine == "streaming":
+                        source = self.stream(name, datasource, connection, environ, self.runtime)
+                    else:
+                        source = KafkaSource(name, datasource, connection, environ, committer.submit,
+                                             lambda n=name: self._keys(n))
+                    source.start()
+                except Exception as err:  # noqa: BLE001 — e.g. PF112, Spark without its Kafka source: told once,
+                    why = first_line(err)  # tried again at each look (a .env edited, the broker back)
+                    if self.failed.get(name) != why:
+                        log.error("Kafka datasource %s is not consumed: %s", name, why)
+                    self.failed[name] = why
                     continue
                 self.failed.pop(name, None)
-                source.start()
                 self.sources[name] = source
 
     def _keys(self, name: str) -> Mapping[str, object]:

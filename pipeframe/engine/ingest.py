@@ -225,6 +225,12 @@ def _none_of_the_columns(datasource: Datasource, values: dict[Column, str], is_o
              f"THEN 'object has none of the datasource\\'s columns' END")]
 
 
+def conform_frame_lines(lines: DataFrame, datasource: Datasource) -> DataFrame:
+    """NDJSON lines already in a Spark frame (`line` STRING and `part` INT: which request of the commit each came
+    from), conformed like an NDJSON file: Kafka messages read by Structured Streaming (connectors/kafka_stream.py)."""
+    return _conform_json(lines.selectExpr(f"line AS `{RAW}`", f"part AS `{PART}`"), datasource)
+
+
 def _conform_json(lines: DataFrame, datasource: Datasource) -> DataFrame:
     """NDJSON lines: each column read from its `json:` path (or its name), then cast. Numbers are read as sent where
     it matters: `get_json_object` reads them through a double (`1e400` would become "Infinity", a long decimal would

@@ -95,7 +95,15 @@ def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = No
         # last commit); it must still be recorded, also where it carries no transaction id (tables.guarded_by_lock).
         "spark.databricks.delta.skipRecordingEmptyCommits": "false",
     })
+    if config.ingest.kafka_engine == "streaming" and not config.spark.remote:
+        from pipeframe.engine.streams import SOURCE_EXCLUDES, SOURCE_PACKAGE
+
+        settings["spark.jars.packages"] = SOURCE_PACKAGE  # Spark's Kafka source, with the Kafka client it needs
+        settings["spark.jars.excludes"] = ",".join(SOURCE_EXCLUDES)
     user = dict(config.spark.conf)
+    for listed in ("spark.jars.packages", "spark.jars.excludes"):  # the user's add to pipeframe's
+        if listed in settings and user.get(listed):
+            user[listed] = settings[listed] + "," + user[listed]
     if "spark.jars" in settings and user.get("spark.jars"):
         # Jar lists add up: dropping the Delta jars would break every table.
         user["spark.jars"] = settings["spark.jars"] + "," + user["spark.jars"]

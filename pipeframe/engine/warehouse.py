@@ -126,6 +126,7 @@ class Warehouse:
         self.lock_path = f"{self.uri}/_pipeframe/lock"
         self.views_path = f"{self.uri}/_pipeframe/views"
         self.imports_path = f"{self.uri}/_pipeframe/imports"
+        self.streams_path = f"{self.uri}/_pipeframe/streams"  # Structured Streaming's checkpoints (Kafka)
         self._snapshot: DeployedSnapshot | None = None
         self._records_at: tuple[int, dict[str, ViewRecord]] | None = None  # the view records of a local version
 

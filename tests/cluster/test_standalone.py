@@ -132,3 +132,89 @@ def test_serve_takes_events_and_answers_on_the_cluster(cluster, lived):
             out, err = server.communicate()
     assert server.returncode == 0, out + err
     assert "stopped" in out and "Traceback" not in out + err
+
+
+STREAMED = {
+    "pipeframe.yaml": ("name: streamed\nwarehouse: .pipeframe/warehouse\ningest:\n  kafka_engine: streaming\n"
+                       "spark:\n  conf:\n    spark.sql.session.timeZone: UTC\n" + SMALL_DATA),
+    "datasources/streamed.datasource": ("SCHEMA >\n    `user` String `json:$.user`,\n    `n` Int32 `json:$.n`\n\n"
+                                        "KAFKA_CONNECTION_NAME local_kafka\nKAFKA_TOPIC streamed\n"
+                                        "KAFKA_AUTO_OFFSET_RESET earliest\n"),
+}
+
+
+def streamed_rows(project: Path) -> list[tuple]:
+    """(partition, offset, user, n) of every row of the datasource, read by delta-rs (no JVM in the test)."""
+    from deltalake import DeltaTable
+
+    [folder] = sorted((project / ".pipeframe" / "warehouse" / "tables" / "streamed").glob("v*"))
+    table = DeltaTable(str(folder)).to_pyarrow_table(columns=["__partition", "__offset", "user", "n"])
+    return sorted(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
+
+
+@pytest.mark.kafka
+def test_structured_streaming_reads_a_topic_on_the_clusters_executor_and_lands_each_message_once(
+        cluster, kafka_broker, tmp_path):
+    """`ingest.kafka_engine: streaming`: `pipeframe run` on the cluster reads a Kafka datasource with Spark's Kafka
+    source (its jars shipped to the executor like Delta's), each micro-batch committed through the events API's
+    commit path with a fence per partition. SIGKILLed while messages flow and started again (Structured Streaming
+    runs the unfinished micro-batch again from its checkpoint), then stopped with Ctrl-C: each message once."""
+    from confluent_kafka import Producer
+
+    from tests.conftest import write_project
+
+    kafka_broker.create_topic("streamed", 4)
+    project = write_project(tmp_path / "streamed", {
+        **STREAMED, "connections/local_kafka.connection":
+            f"TYPE kafka\nKAFKA_BOOTSTRAP_SERVERS {kafka_broker.bootstrap}\nKAFKA_SECURITY_PROTOCOL PLAINTEXT\n"})
+    env = driver_env(cluster)
+    deployed = subprocess.run([sys.executable, "-m", "pipeframe.cli", "deploy", "-p", str(project), "--yes"],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True})
+
+    def produce(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce("streamed", json.dumps({"user": f"u{i % 7}", "n": i}).encode(), partition=i % 4)
+        assert producer.flush(30) == 0
+
+    log = tmp_path / "run.log"
+
+    def run() -> subprocess.Popen:
+        started = log.read_text().count("kept up to date") if log.exists() else 0
+        with log.open("a") as out:
+            process = subprocess.Popen([sys.executable, "-m", "pipeframe.cli", "run", "-p", str(project)], env=env,
+                                       cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        deadline = time.monotonic() + 600
+        while log.read_text().count("kept up to date") == started:
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)  # polling for the worker's banner
+        return process
+
+    def landed_until(count: int) -> int:
+        deadline = time.monotonic() + 300
+        while (got := len(streamed_rows(project))) < count and time.monotonic() < deadline:
+            time.sleep(0.5)  # polling the table for the stream's commits
+        return got
+
+    produce(0, 3000)
+    process = run()
+    try:
+        assert landed_until(1) >= 1, log.read_text()[-4000:]
+        produce(3000, 1000)  # while the stream reads
+    finally:
+        os.killpg(process.pid, 9)  # SIGKILL, its driver with it
+        process.wait()
+    produce(4000, 1000)
+    process = run()
+    try:
+        assert landed_until(5000) == 5000, log.read_text()[-4000:]
+    finally:
+        os.killpg(process.pid, 2)  # Ctrl-C
+        assert process.wait(300) == 0, log.read_text()[-4000:]
+    rows = streamed_rows(project)
+    assert len(rows) == 5000 and len({(p, o) for p, o, _, _ in rows}) == 5000
+    assert sorted(n for _, _, _, n in rows) == list(range(5000))
+    fetched = {p.name for p in (cluster.folder / "work").glob("*/*/*.jar")}
+    assert any(name.startswith("org.apache.spark_spark-sql-kafka") for name in fetched), sorted(fetched)

@@ -278,3 +278,26 @@ def test_a_process_killed_at_random_moments_while_messages_flow_lands_each_messa
     rows = landed(project, "crashes")
     assert len({(p, o) for p, o, _, _ in rows}) == total
     assert sorted((u, n) for _, _, u, n in rows) == sorted((json.loads(v)["user"], json.loads(v)["n"]) for v in values)
+
+
+def test_structured_streamings_lines_are_the_consumers_lines(spark):
+    """A message becomes the same NDJSON line whichever engine reads it: `engine.streams.line_sql` over the columns
+    of Spark's Kafka source against `kafka.line_of` (metadata spliced into an object, anything else a JSON string
+    that the parser quarantines)."""
+    from datetime import UTC, datetime
+
+    from pipeframe.connectors.kafka import line_of
+    from pipeframe.engine.streams import line_sql
+
+    values = [b'{"user":"u1","n":3}', b' {"a": {"b": [1, 2]}, "s": "x\\ny", "d": 1.50} ', b"{}", b"{ }",
+              b'{\n"multi": 1\n}', b"not json", None, b"[1,2]", b'"just a string"', "caf\u00e9 {}".encode()]
+    at = datetime(2024, 5, 3, 8, 15, 42, 123000, tzinfo=UTC)
+    rows = [(value, f"k{i}".encode() if i % 3 else None, "clicks", i % 4, 1000 + i, at)
+            for i, value in enumerate(values)]
+    frame = spark.createDataFrame(rows, "value BINARY, key BINARY, topic STRING, partition INT, offset BIGINT, "
+                                        "timestamp TIMESTAMP")
+    for raw in (False, True):
+        got = [r[0] for r in frame.selectExpr(f"{line_sql(raw)} AS line").collect()]
+        want = [line_of(value, "clicks", i % 4, 1000 + i, int(at.timestamp() * 1000), f"k{i}".encode() if i % 3
+                        else None, raw) for i, value in enumerate(values)]
+        assert [json.loads(line) for line in got] == [json.loads(line) for line in want], raw
