@@ -14,7 +14,7 @@ from pipeframe.errors import PipeframeError
 
 @click.group()
 def sink() -> None:
-    """Sink pipes: export a pipe's rows to S3 (TYPE sink, EXPORT_* settings).
+    """Sink pipes: export a pipe's rows to S3 or Kafka (TYPE sink, EXPORT_* settings).
 
     Scheduled sinks (EXPORT_SCHEDULE, a cron in UTC) run by themselves under `pipeframe serve`, `run` and
     `dev`; `sink run` runs one now.
@@ -32,10 +32,11 @@ def sink() -> None:
 @ENV_OPTION
 def sink_run(pipe: str, params: tuple[str, ...], run_time: str | None, as_json: bool, project_dir: str,
              env: str | None) -> None:
-    """Run the sink pipe PIPE once and write its rows to its EXPORT_BUCKET_URI.
+    """Run the sink pipe PIPE once and write its rows to its EXPORT_BUCKET_URI (or EXPORT_KAFKA_TOPIC).
 
     The files are CSV, NDJSON or Parquet (EXPORT_FORMAT), gzip-compressed with EXPORT_COMPRESSION gz, named by
-    EXPORT_FILE_TEMPLATE and, with EXPORT_WRITE_STRATEGY new (the default), the run's time.
+    EXPORT_FILE_TEMPLATE and, with EXPORT_WRITE_STRATEGY new (the default), the run's time. A Kafka sink writes
+    one JSON message a row in one transaction, and skips a run committed before.
 
     \b
     Examples:

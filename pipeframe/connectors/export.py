@@ -4,7 +4,7 @@
 Codes: PF116 a sink pipe's settings (a setting unknown, missing or out of its values, a connection of another TYPE,
 a bucket URI that is not `s3://bucket/prefix`, a schedule that is not a cron, a file template naming what the pipe
 does not output, EXPORT_* lines in a pipe that is not TYPE sink); a connection no file defines is a warning, as for
-datasources. A Kafka sink is checked and then warned of (PF110): it is not exported yet."""
+datasources."""
 
 from __future__ import annotations
 
@@ -182,10 +182,6 @@ def check_sinks(connections: Iterable[Connection], pipes: Iterable[Pipe],
             found.append(Diagnostic("PF116", f"Sink pipe `{pipe.name}` exports through connection `{named.value}`, "
                                     f"which is TYPE {connection.type}.", "Name a `TYPE s3` (or `TYPE kafka`) "
                                     "connection.", named.location, "error"))
-        if kind == "kafka" and not any(d.is_error for d in found if d.location and d.location.path == pipe.path):
-            found.append(Diagnostic("PF110", f"Kafka sinks are not supported yet; pipe `{pipe.name}` is not "
-                                    "exported.", "Export to S3 (`TYPE s3` connection, EXPORT_BUCKET_URI), or read the "
-                                    "rows from an endpoint.", where, "warning"))
     return found
 
 

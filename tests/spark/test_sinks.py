@@ -1,8 +1,11 @@
-"""S3 sinks on real parts: moto's S3 server (tests/cluster/s3server.py) on 127.0.0.1, a deployed project on the shared
-Spark session. A scheduled sink run by the scheduler at its cron time writes the pipe's rows (read back: NDJSON gzip,
-one file per day by the file template, the run's time in the names), the same run done again (a rerun after a crash)
-replaces the same files instead of adding any, CSV and Parquet (split in `{2}` files) hold the pipe's answer, and a
-bucket that does not exist is a PF118 naming the file and the fix."""
+"""Sinks on real parts: moto's S3 server (tests/cluster/s3server.py) on 127.0.0.1, the session's Kafka broker
+(tests/kafka/broker.py), a deployed project on the shared Spark session.
+
+S3: a scheduled sink run by the scheduler at its cron time writes the pipe's rows (read back: NDJSON gzip, one file
+per day by the file template, the run's time in the names), the same run done again (a rerun after a crash) replaces
+the same files instead of adding any, CSV and Parquet (split in `{2}` files) hold the pipe's answer, and a bucket that
+does not exist is a PF118 naming the file and the fix. Kafka: a run's rows are one transaction of JSON messages, a run
+done again after it committed writes nothing, and a crashed run's open transaction is never seen."""
 
 from __future__ import annotations
 
@@ -10,13 +13,16 @@ import csv
 import gzip
 import io
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
 
 from pipeframe.connectors.sink import SinkScheduler, run_sink
 from pipeframe.errors import PipeframeError
+from pipeframe.project import Project
 from tests.cluster.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.kafka.broker import KafkaBroker
 from tests.spark.conftest import deployed
 
 BUCKET = "exports"
@@ -46,6 +52,7 @@ EXPORT_FILE_TEMPLATE "part_{2}"
 EXPORT_FORMAT parquet
 """
 NOWHERE = WHOLE.replace("s3://exports/whole", "s3://no-such-bucket/x/")
+TO_KAFKA = TOTALS + "TYPE sink\nEXPORT_CONNECTION_NAME local_kafka\nEXPORT_KAFKA_TOPIC sales_out\n"
 ANSWER = sorted([("2024-06-01", "apple", 4.5), ("2024-06-01", "pear", 2.0), ("2024-06-02", "pear", 5.0),
                  ("2024-06-02", "plum", 4.0)])
 
@@ -63,17 +70,25 @@ def objects(s3: S3Server, prefix: str) -> dict[str, bytes]:
     return {o["Key"]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
 
 
-def test_sinks_write_the_pipes_rows_once_per_run(spark, spark_config, s3: S3Server):
+@pytest.fixture(scope="module")
+def project(spark, spark_config, s3: S3Server) -> Project:
+    connection = (f"TYPE s3\nS3_REGION {REGION}\nS3_ACCESS_KEY {ACCESS_KEY}\n"
+                  f'S3_SECRET {{{{ tb_secret("LANDING_SECRET", "{SECRET_KEY}") }}}}\nS3_ENDPOINT {s3.endpoint}\n')
+    # The broker's address is a secret read when the sink runs (the Kafka test writes it to .env): the S3 test, run
+    # without `-m kafka`, starts no broker.
+    kafka = 'TYPE kafka\nKAFKA_BOOTSTRAP_SERVERS {{ tb_secret("SINK_KAFKA") }}\nKAFKA_SECURITY_PROTOCOL PLAINTEXT\n'
+    fixture = "".join(json.dumps({"day": d, "product": p, "amount": a}) + "\n" for d, p, a in ROWS)
+    return deployed(spark, spark_config, "sinks", {
+        "connections/landing.connection": connection, "connections/local_kafka.connection": kafka,
+        "datasources/sales.datasource": SALES, "fixtures/sales.ndjson": fixture, "pipes/daily.pipe": DAILY,
+        "pipes/whole.pipe": WHOLE, "pipes/parts.pipe": PARTS, "pipes/nowhere.pipe": NOWHERE,
+        "pipes/to_kafka.pipe": TO_KAFKA})
+
+
+def test_s3_sinks_write_the_pipes_rows_once_per_run(project: Project, s3: S3Server):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    connection = (f"TYPE s3\nS3_REGION {REGION}\nS3_ACCESS_KEY {ACCESS_KEY}\n"
-                  f'S3_SECRET {{{{ tb_secret("LANDING_SECRET", "{SECRET_KEY}") }}}}\nS3_ENDPOINT {s3.endpoint}\n')
-    fixture = "".join(json.dumps({"day": d, "product": p, "amount": a}) + "\n" for d, p, a in ROWS)
-    project = deployed(spark, spark_config, "s3_sink", {
-        "connections/landing.connection": connection, "datasources/sales.datasource": SALES,
-        "fixtures/sales.ndjson": fixture, "pipes/daily.pipe": DAILY, "pipes/whole.pipe": WHOLE,
-        "pipes/parts.pipe": PARTS, "pipes/nowhere.pipe": NOWHERE})
     assert project.check().diagnostics == ()
 
     # Scheduled: nothing before the cron time, then the run of 01:00 (UTC), named by that time.
@@ -117,3 +132,40 @@ def test_sinks_write_the_pipes_rows_once_per_run(spark, spark_config, s3: S3Serv
     diagnostic = err.value.diagnostics[0]
     assert diagnostic.code == "PF118" and "s3://no-such-bucket/x/totals.csv" in diagnostic.message
     assert "NoSuchBucket" in diagnostic.message and "--run-time 2024-06-03T01:00:00+00:00" in diagnostic.hint
+
+
+@pytest.mark.kafka
+def test_a_kafka_sink_writes_each_run_once_in_one_transaction(project: Project, kafka_broker: KafkaBroker):
+    from confluent_kafka import Consumer, Producer
+
+    kafka_broker.create_topic("sales_out", 1)
+    (project.root / ".env").write_text(f"SINK_KAFKA={kafka_broker.bootstrap}\n", encoding="utf-8")
+    first = run_sink(project, "to_kafka", run_time=datetime(2024, 6, 3, 1, tzinfo=UTC))
+    assert (first.rows, first.skipped, first.files[0].uri) == (4, False, "kafka://sales_out")
+    again = run_sink(project, "to_kafka", run_time=datetime(2024, 6, 3, 1, tzinfo=UTC))
+    assert (again.rows, again.skipped) == (0, True)  # committed before: nothing written twice
+    # A run that crashed inside its transaction: messages sent, never committed.
+    crashed = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "pipeframe-sink-to_kafka"})
+    crashed.init_transactions(30)
+    crashed.begin_transaction()
+    crashed.produce("sales_out", b'{"half": "a run"}')
+    crashed.flush(30)
+    second = run_sink(project, "to_kafka", run_time=datetime(2024, 6, 3, 2, tzinfo=UTC))  # fences it, aborts it
+    assert second.rows == 4
+    end = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    end.produce("sales_out", b'{"end": true}')
+    end.flush(30)
+    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "sink-reader", "log_level": 0,
+                       "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    reader.subscribe(["sales_out"])
+    seen: list[dict] = []
+    deadline = time.monotonic() + 60
+    while not (seen and seen[-1] == {"end": True}) and time.monotonic() < deadline:
+        message = reader.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(json.loads(message.value()))
+    reader.close()
+    assert seen[-1] == {"end": True}
+    rows = sorted((r["day"], r["product"], r["revenue"]) for r in seen[:-1])
+    assert rows == sorted(ANSWER + ANSWER)  # two runs, each once; nothing of the crashed one
+
