@@ -155,8 +155,11 @@ def run_sink(project: Project, name: str, params: Mapping[str, Any] | None = Non
              run_time: datetime | None = None) -> SinkResult:
     """Run the sink pipe `name` once (as deployed) for the run of `run_time` (default: now, to the second, UTC)
     and write its rows to its bucket; writing the same run again replaces the same files."""
+    from pipeframe.endpoints import declared_pipe
+
     start = time.perf_counter()
     at = (run_time or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+    declared_pipe(project.compiled, name, "sink")  # PF801/PF802 before the settings are read
     found = sink_pipes(project.compiled.resources).get(name)
     if found is not None and found[1].type == "kafka":
         return run_kafka_sink(project, name, params, at)

@@ -139,6 +139,10 @@ def test_sink_run_refuses_before_spark_starts(tmp_path):
     assert result.exit_code == 1 and "PF801" in result.output and "Did you mean `export_sales`?" in result.output
     result = runner.invoke(main, ["sink", "run", "export_sales", "--run-time", "yesterday", "-p", str(root)])
     assert result.exit_code == 1 and "PF119" in result.output and "ISO 8601" in result.output
+    (root / "connections" / "landing.connection").unlink()  # a warning at check; running it is refused
+    result = runner.invoke(main, ["sink", "run", "export_sales", "-p", str(root)])
+    assert result.exit_code == 1 and "PF117" in result.output and "Sink pipe `export_sales` has no S3 connection" \
+        in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("template", ["{}", "a{b c}", "{0}", "{1}_{2}"])
