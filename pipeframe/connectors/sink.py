@@ -20,14 +20,20 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pipeframe.connectors.export import DEFAULT_STAMP, FileTemplate, TemplateError, export_settings, file_template
+from pipeframe.connectors.export import (
+    DEFAULT_STAMP,
+    RUN_TIME,
+    FileTemplate,
+    TemplateError,
+    export_settings,
+    file_template,
+)
 from pipeframe.connectors.s3 import client
 from pipeframe.connectors.spec import BUCKET_URI, environment, resolved
 from pipeframe.errors import PipeframeError
@@ -39,7 +45,6 @@ if TYPE_CHECKING:
     from pipeframe.datafiles.model import Connection, Pipe, Resources
     from pipeframe.project import Project
 
-log = logging.getLogger("pipeframe.sink")
 EXTENSIONS = {"csv": ".csv", "ndjson": ".ndjson", "parquet": ".parquet"}
 
 
@@ -190,6 +195,11 @@ def planned(settings: SinkSettings, table: pa.Table, at: datetime) -> list[tuple
 
     template = settings.template
     columns = template.columns(table.column_names)
+    unknown = [p.text for p in template.placeholders if p.name and p.name not in (*columns, RUN_TIME)]
+    if unknown:  # check could not know the pipe's columns (a `SELECT *` of what it could not resolve)
+        raise PipeframeError("PF116", f"EXPORT_FILE_TEMPLATE of sink `{settings.pipe}` names {', '.join(unknown)}, "
+                             "which the pipe's result has no column of.",
+                             f"Its columns: {', '.join(table.column_names)}; or `{{run_time}}`, the run's time.")
     groups: dict[tuple, list[int]] = {}
     if columns:
         keys = zip(*(table.column(c).to_pylist() for c in columns), strict=True)

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from pipeframe.cli import main
 from pipeframe.connectors.export import file_template
 from pipeframe.connectors.sink import SinkScheduler, encoded, planned, sink_settings
+from pipeframe.errors import PipeframeError
 from pipeframe.project import Project
 from tests.conftest import write_project
 
@@ -128,6 +129,9 @@ def test_a_run_plans_its_files_from_its_rows_and_its_time(tmp_path):
         ("sales/sales_part_0.csv", 1), ("sales/sales_part_1.csv", 2)]  # truncate: the run's time is not in the names
     assert encoded(rows.slice(0, 1), split).decode().splitlines() == ['"day","product","revenue"', '2024-06-01,"a",1']
     assert [(key, t.num_rows) for key, t in planned(split, rows.slice(0, 0), at)] == [("sales/sales_part_0.csv", 0)]
+    with pytest.raises(PipeframeError) as err:  # a column check could not see is refused when the run has the rows
+        planned(settings, rows.drop_columns(["day"]), at)
+    assert err.value.diagnostics[0].code == "PF116" and "names {day, '%Y%m%d'}" in err.value.diagnostics[0].message
     stamped = file_template("{run_time, '%Y/%m/%d'}/all.parquet")
     assert stamped.render({}, 0, at) == "2024/06/03/all.parquet"
 
