@@ -40,7 +40,7 @@ KAFKA_CONNECTION = {
     "KAFKA_SECRET": Rule(),
     "KAFKA_SSL_CA_PEM": Rule(),
 }
-S3_CONNECTION = {  # read by S3 imports (connectors/s3.py); sinks are not built yet (docs/connectors.md)
+S3_CONNECTION = {  # read by S3 imports (connectors/s3.py) and S3 sinks (connectors/sink.py)
     "S3_REGION": Rule(required=True), "S3_ARN": Rule(), "S3_ACCESS_KEY": Rule(), "S3_SECRET": Rule(),
     "S3_ENDPOINT": Rule(),
 }
