@@ -2,25 +2,24 @@
 
 A copy goes through the same ingest path as `pipeframe append` (append) or `pipeframe replace` (replace): rows
 that do not fit the target's schema are quarantined, and the target's own materialized views follow.
-`CopyScheduler` runs the cron schedules (UTC) inside `pipeframe serve` and `pipeframe dev`.
+`CopyScheduler` runs the cron schedules (UTC) inside `pipeframe serve`, `run` and `dev` (scheduler.py's loop).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pipeframe.errors import PipeframeError
+from pipeframe.scheduler import CronScheduler
 
 if TYPE_CHECKING:
     from pipeframe.engine.ingest import IngestResult
     from pipeframe.project import Project
-    from pipeframe.server import Service
 
 log = logging.getLogger("pipeframe.copy")
 COPY_MODES = ("append", "replace")
@@ -61,75 +60,20 @@ def schedules(project: Project) -> dict[str, str]:
     return found
 
 
-class CopyScheduler:
-    """Runs each scheduled copy pipe at its cron times (UTC) while the server runs (a server BackgroundJob).
+class CopyScheduler(CronScheduler):
+    """Runs each scheduled copy pipe at its COPY_SCHEDULE cron times (UTC) while the server runs."""
 
-    `current()` gives the project to use (the dev loop swaps in a new one after each deploy) and `lock` is
-    held during a run, so copies never interleave with deploys or other writes. Started by the server, both
-    come from its Service. A failed run is logged with its diagnostic and retried at the next scheduled time."""
+    what = "copy"
 
-    def __init__(self, current: Callable[[], Project] | None = None, lock: threading.RLock | None = None,
-                 on_run: Callable[[str, CopyResult | PipeframeError], None] | None = None) -> None:
-        self.current = current or (lambda: None)  # type: ignore[assignment,return-value]
-        self.lock = lock or threading.RLock()
-        self.on_run = on_run or _log_run
-        self._next: dict[tuple[str, str], datetime] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def schedules(self, project: Project) -> dict[str, str]:
+        return schedules(project)
 
-    def due(self, now: datetime) -> list[str]:
-        """The pipes whose next run time has come by `now`; each is then scheduled for its following time.
-        A pipe seen for the first time (or whose schedule changed) is scheduled from `now` on."""
-        from croniter import croniter
+    def run(self, project: Project, name: str, at: datetime) -> CopyResult:
+        return run_copy(project, name)
 
-        project = self.current()
-        wanted = schedules(project)
-        self._next = {key: at for key, at in self._next.items() if wanted.get(key[0]) == key[1]}
-        ready = []
-        for name, cron in sorted(wanted.items()):
-            key = (name, cron)
-            if key not in self._next:
-                self._next[key] = croniter(cron, now).get_next(datetime)
-            elif self._next[key] <= now:
-                ready.append(name)
-                self._next[key] = croniter(cron, now).get_next(datetime)
-        return ready
-
-    def tick(self, now: datetime | None = None) -> list[str]:
-        """Run every copy pipe that is due at `now` (default: the current UTC time); their names."""
-        ran = self.due(now or datetime.now(UTC))
-        for name in ran:
-            with self.lock:
-                try:
-                    outcome: CopyResult | PipeframeError = run_copy(self.current(), name)
-                except PipeframeError as err:
-                    outcome = err
-            self.on_run(name, outcome)
-        return ran
-
-    def start(self, service: Service | None = None, interval: float = 1.0) -> None:
-        if service is not None:
-            self.current, self.lock = (lambda: service.project), service.lock
-
-        def loop() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    self.tick()
-                except Exception:  # the scheduler outlives one bad tick; the error is logged
-                    log.exception("copy scheduler tick failed")
-
-        self._thread = threading.Thread(target=loop, name="pipeframe-copy-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-
-def _log_run(name: str, outcome: CopyResult | PipeframeError) -> None:
-    if isinstance(outcome, PipeframeError):
-        log.error("copy %s failed: %s", name, outcome.diagnostics[0].format())
-    else:
-        log.info("copy %s: %d row(s) %s into %s in %.1f s", name, outcome.ingest.accepted,
-                 "appended" if outcome.mode == "append" else "replaced", outcome.target, outcome.elapsed)
+    def logged(self, name: str, outcome: CopyResult | PipeframeError) -> None:
+        if isinstance(outcome, PipeframeError):
+            super().logged(name, outcome)
+        else:
+            log.info("copy %s: %d row(s) %s into %s in %.1f s", name, outcome.ingest.accepted,
+                     "appended" if outcome.mode == "append" else "replaced", outcome.target, outcome.elapsed)

@@ -262,6 +262,7 @@ class DevLoop:
     def run(self, host: str, port: int, stop: threading.Event | None = None) -> int:
         """Build, serve and watch until `stop` is set (or Ctrl-C). Errors never end the loop: the last good
         version keeps serving and the next save is built again."""
+        from pipeframe.connectors.sink import SinkScheduler
         from pipeframe.copy import CopyScheduler
         from pipeframe.server import Service, start_server
         from pipeframe.server.app import interrupted_cleanly
@@ -271,7 +272,7 @@ class DevLoop:
         build = self.initial_build()
         if not build.ok:
             self.echo("Fix the errors above and save: the project is built again on every save.")
-        self.service = Service(self.project, jobs=[CopyScheduler()])
+        self.service = Service(self.project, jobs=[CopyScheduler(), SinkScheduler()])
         server = start_server(self.service, host, port)
         self.echo(self.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
                               "(Ctrl-C to stop)", bold=True))

@@ -295,7 +295,8 @@ def declared_pipe(compiled: CompiledProject, name: str, kind: str = "endpoint") 
         raise PipeframeError("PF801", f"There is no pipe `{name}`.", hint, http_status=404)
     if pipe.type != kind:
         what = {"endpoint": "an endpoint pipe", "materialized": f"a materialized pipe (it fills `{pipe.target}`)",
-                "copy": f"a copy pipe (it fills `{pipe.target}`; run it with `pipeframe copy run {name}`)"}
+                "copy": f"a copy pipe (it fills `{pipe.target}`; run it with `pipeframe copy run {name}`)",
+                "sink": f"a sink pipe (it exports its rows; run it with `pipeframe sink run {name}`)"}
         raise PipeframeError("PF802", f"`{name}` is {what.get(pipe.type or '', 'a pipe without a TYPE')}, "
                              f"not {what[kind].split(' (')[0]}.",
                              f"Set `TYPE {kind}` on its last node in {pipe.definition.location.path}, or "

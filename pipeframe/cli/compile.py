@@ -50,10 +50,11 @@ def check(path: str | None, project_dir: str, env: str | None, as_json: bool, no
 def print_check(report) -> None:
     project = report.project
     pipes = list(project.pipes.values())
-    kinds = {k: sum(1 for p in pipes if p.type == k) for k in ("materialized", "endpoint", "copy")}
+    kinds = {k: sum(1 for p in pipes if p.type == k) for k in ("materialized", "endpoint", "copy", "sink")}
     generated = sum(1 for d in project.datasources.values() if d.generated)
     click.echo(f"{len(project.datasources)} datasources ({generated} generated), {len(pipes)} pipes "
-               f"({kinds['materialized']} materialized, {kinds['endpoint']} endpoints, {kinds['copy']} copy)")
+               f"({kinds['materialized']} materialized, {kinds['endpoint']} endpoints, {kinds['copy']} copy"
+               + (f", {kinds['sink']} sink)" if kinds["sink"] else ")"))
     if project.views:
         click.echo("\nMaterialized views:")
         colors = {"accepted": "green", "rewritten": "cyan", "rejected": "red"}

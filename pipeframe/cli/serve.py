@@ -104,6 +104,7 @@ def run_worker(project_dir: str, env: str | None) -> None:
 def _service(project_dir: str, env: str | None, engine: str, undeployed: str):
     """The Service over the deployed project for `serve` and `run` (PF818 when nothing is deployed), with its
     scheduled copies; `undeployed`: what the warning about changes not deployed says happens to them."""
+    from pipeframe.connectors.sink import SinkScheduler
     from pipeframe.copy import CopyScheduler
     from pipeframe.server import Service
 
@@ -116,17 +117,20 @@ def _service(project_dir: str, env: str | None, engine: str, undeployed: str):
     if pending:
         click.secho(f"warning: {len(pending)} change(s) in the files are not deployed; {undeployed} until "
                     "`pipeframe deploy`.", fg="yellow")
-    return Service(project, jobs=[CopyScheduler()])  # COPY_SCHEDULE crons run while serving
+    return Service(project, jobs=[CopyScheduler(), SinkScheduler()])  # COPY_SCHEDULE, EXPORT_SCHEDULE crons
 
 
 def _jobs(project) -> None:
-    """What runs beside the views: scheduled copies, Kafka datasources, @auto S3 imports."""
+    """What runs beside the views: scheduled copies and sinks, Kafka datasources, @auto S3 imports."""
     from pipeframe.connectors.kafka import kafka_datasources, topic_of
     from pipeframe.connectors.s3 import import_datasources
+    from pipeframe.connectors.sink import schedules as sink_schedules
     from pipeframe.copy import schedules
 
     for pipe, cron in sorted(schedules(project).items()):
         click.echo(f"  copy {pipe}: scheduled `{cron}` (UTC)")
+    for pipe, cron in sorted(sink_schedules(project).items()):
+        click.echo(f"  sink {pipe}: exporting at `{cron}` (UTC)")
     resources, deployed = project.compiled.resources, project.snapshot
     for name, (datasource, _) in sorted(kafka_datasources(resources, deployed).items()):
         click.echo(f"  kafka {name}: consuming topic `{topic_of(datasource)}`")

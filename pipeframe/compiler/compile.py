@@ -319,6 +319,9 @@ class Compiler:
                 self._compile_landing(self.datasource_defs[ref.name])
             elif ref.kind == "pipe" and not cycle:
                 self._compile_pipe(self.pipe_defs[ref.name], targets)
+        from pipeframe.connectors.export import check_sinks
+
+        self.sink.extend(check_sinks(self.resources.connections, self.resources.pipes, self.outputs))
         return CompiledProject(self.datasources, self.pipes, graph, tuple(self.sink.sorted()), self.resources,
                                tuple(self.unresolved))
 
@@ -327,7 +330,7 @@ class Compiler:
         targets: dict[str, str] = {}
         for pipe in self.resources.pipes:
             node = pipe.typed_node
-            if node is None or node.type == "endpoint":
+            if node is None or node.type in ("endpoint", "sink"):  # a sink writes outside the warehouse
                 continue
             keyword = "DATASOURCE" if node.type == "materialized" else "TARGET_DATASOURCE"
             target = node.datasource if node.type == "materialized" else node.target_datasource

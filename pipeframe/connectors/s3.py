@@ -192,7 +192,16 @@ def import_datasources(resources: Resources, deployed: DeployedSnapshot | None =
 
 
 # ------------------------------------------------------------------------------------------------ S3
-def client(settings: ImportSettings) -> Any:
+class S3Access(Protocol):
+    """How to reach a `TYPE s3` connection's store (an import's or a sink's settings)."""
+
+    region: str
+    access_key: str | None
+    secret: str | None
+    endpoint: str | None
+
+
+def client(settings: S3Access) -> Any:
     """A boto3 S3 client for the connection: its region, keys (else boto3's own chain: environment, ~/.aws, an
     instance's role) and endpoint (an S3-compatible store)."""
     import boto3

@@ -40,7 +40,7 @@ KAFKA_CONNECTION = {
     "KAFKA_SECRET": Rule(),
     "KAFKA_SSL_CA_PEM": Rule(),
 }
-S3_CONNECTION = {  # read by S3 imports (connectors/s3.py); sinks are not built yet (docs/connectors.md)
+S3_CONNECTION = {  # read by S3 imports (connectors/s3.py) and S3 sinks (connectors/sink.py)
     "S3_REGION": Rule(required=True), "S3_ARN": Rule(), "S3_ACCESS_KEY": Rule(), "S3_SECRET": Rule(),
     "S3_ENDPOINT": Rule(),
 }
@@ -97,7 +97,7 @@ def check_connections(connections: Iterable[Connection], datasources: Iterable[D
                 "not connect to." if connection.type else "no TYPE."),
                 "Write `TYPE kafka` or `TYPE s3` as its first line.", connection.location, "error"))
             continue
-        found += _settings("PF111", f"connection `{connection.name}` (TYPE {connection.type})", connection.settings,
+        found += check_settings("PF111", f"connection `{connection.name}` (TYPE {connection.type})", connection.settings,
                            rules, connection.location)
     for ds in datasources:
         connector = connector_of(ds)
@@ -110,7 +110,7 @@ def check_connections(connections: Iterable[Connection], datasources: Iterable[D
                                     "A datasource reads from one connector: keep the settings of one of them.",
                                     mixed.location, "error"))
             continue
-        found += _settings("PF113", f"{connector.what} `{ds.name}`", ds.connector, connector.rules, ds.location)
+        found += check_settings("PF113", f"{connector.what} `{ds.name}`", ds.connector, connector.rules, ds.location)
         if connector is S3:
             found += _import_values(ds)
         named = next((s for s in ds.connector if s.keyword == connector.connection_setting), None)
@@ -161,7 +161,10 @@ def from_timestamp(value: str) -> datetime | None:
     return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
-def _settings(code: str, what: str, settings: tuple[Setting, ...], rules: Mapping[str, Rule], where) -> list[Diagnostic]:
+def check_settings(code: str, what: str, settings: tuple[Setting, ...], rules: Mapping[str, Rule],
+                   where) -> list[Diagnostic]:
+    """`code` for each setting `rules` do not know (with "did you mean"), each value out of its set, each required
+    setting missing (at `where`)."""
     found = []
     written = {s.keyword for s in settings}
     for setting in settings:

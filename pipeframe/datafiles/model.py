@@ -10,7 +10,7 @@ from typing import Literal
 
 from pipeframe.errors import Location
 
-NodeType = Literal["endpoint", "materialized", "copy"]
+NodeType = Literal["endpoint", "materialized", "copy", "sink"]
 TokenScope = Literal["READ", "APPEND"]
 
 
@@ -120,6 +120,8 @@ class Node:
     target_datasource: str | None = None  # TYPE copy target
     copy_mode: str | None = None  # append | replace
     copy_schedule: str | None = None  # cron or @on-demand
+    # TYPE sink: its EXPORT_* lines as written (checked by connectors/spec.py, run by connectors/sink.py)
+    export: tuple[Setting, ...] = ()
     dimensions: tuple[str, ...] = ()  # tables joined as dimension lookups (no trigger)
     count_distinct: str | None = None  # opt-in rewrite of count(DISTINCT x): exact | sketch
     follow_ttl: bool = False  # a materialized node: retract the rows its sources' ENGINE_TTL deletes
@@ -128,6 +130,10 @@ class Node:
 
     def where(self, keyword: str) -> Location:
         return dict(self.keyword_locations).get(keyword, self.location)
+
+    def export_setting(self, keyword: str) -> str | None:
+        """An EXPORT_* value as written (quotes taken off), None when the line is missing."""
+        return next((s.value for s in self.export if s.keyword == keyword), None)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pipeframe.datafiles.types import TypeProblem, parse_column_type
 from pipeframe.errors import DiagnosticSink, Location
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-NODE_TYPES = ("endpoint", "materialized", "copy")
+NODE_TYPES = ("endpoint", "materialized", "copy", "sink")
 COPY_MODES = ("append", "replace")
 COUNT_DISTINCT_MODES = ("exact", "sketch")
 
@@ -371,7 +371,7 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
                        node["location"])
             return
         where = node.pop("where")
-        nodes.append(Node(keyword_locations=tuple(where.items()), **node))
+        nodes.append(Node(keyword_locations=tuple(where.items()), export=tuple(node.pop("export", ())), **node))
 
     for st in lexer.statements(path):
         kw = st.keyword.upper()
@@ -405,8 +405,12 @@ def parse_pipe(path: Path, lexer: Lexer, sink: DiagnosticSink) -> Pipe:
                 if token:
                     tokens.append(token)
             continue
+        if kw.startswith("EXPORT_"):  # a sink's settings, checked against TYPE sink by connectors/spec.py
+            node.setdefault("export", []).append(Setting(kw, _unquoted(st.text), st.location))
+            continue
         if kw.startswith(CONNECTOR_PREFIXES):
-            not_supported_yet(sink, st, "Exporting a pipe's rows (sinks)", "Read the rows from the endpoint instead.")
+            not_supported_yet(sink, st, f"`{kw}` in a pipe", "Remove the line; a sink pipe's settings start with "
+                              "EXPORT_ (docs/connectors.md).")
             continue
         if kw not in NODE_KEYWORDS:
             unknown_keyword(sink, st, NODE_KEYWORDS, "pipe")
@@ -469,7 +473,7 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
         if lowered not in NODE_TYPES:
             close = difflib.get_close_matches(lowered, NODE_TYPES, n=1)
             sink.error("PF101", f"TYPE `{value}` is not a node type.",
-                       f"Did you mean {close[0]}?" if close else "Use endpoint, materialized or copy.", st.location)
+                       f"Did you mean {close[0]}?" if close else "Use endpoint, materialized, copy or sink.", st.location)
             return
         node["type"] = lowered
     elif kw in ("DATASOURCE", "TARGET_DATASOURCE"):
@@ -480,7 +484,7 @@ def parse_node_keyword(st: Statement, kw: str, node: dict, tokens: list[Token], 
             return
         node["copy_mode"] = value.lower()
     elif kw == "COPY_SCHEDULE":
-        if value.lower() != "@on-demand" and not _valid_cron(value):
+        if value.lower() != "@on-demand" and not valid_cron(value):
             sink.error("PF101", f"COPY_SCHEDULE `{value}` is not a cron expression.",
                        "Use five cron fields in UTC (minute hour day month weekday), e.g. `0 1 * * *` for 01:00 "
                        "every day, or @on-demand.", st.location)
@@ -523,7 +527,8 @@ def make_lexer(root: Path, environ: Mapping[str, str], sink: DiagnosticSink) -> 
     return Lexer(root.resolve(), environ, sink)
 
 
-def _valid_cron(expression: str) -> bool:
+def valid_cron(expression: str) -> bool:
+    """Five cron fields (UTC) croniter takes: COPY_SCHEDULE, EXPORT_SCHEDULE."""
     from croniter import croniter  # only projects with schedules pay for the import
 
     return len(expression.split()) == 5 and croniter.is_valid(expression)

@@ -314,7 +314,7 @@ def test_a_lowercase_node_setting_after_the_sql_ends_the_sql_block(tmp_path):
 
 @pytest.mark.parametrize("line, message, hint", [
     ("TYPE materialised", "TYPE `materialised` is not a node type.", "Did you mean materialized?"),
-    ("TYPE table", "TYPE `table` is not a node type.", "Use endpoint, materialized or copy."),
+    ("TYPE table", "TYPE `table` is not a node type.", "Use endpoint, materialized, copy or sink."),
     ("COPY_MODE upsert", "COPY_MODE `upsert` is not understood.", "Use append or replace."),
     ("COUNT_DISTINCT fuzzy", "COUNT_DISTINCT `fuzzy` is not understood.",
      "Use exact (a set state) or sketch (an HLL state)."),
@@ -556,9 +556,10 @@ def test_connector_settings_are_warnings_not_parse_errors(tmp_path):
                          "IMPORT_SERVICE 'snowflake'\nIMPORT_SCHEDULE '@on-demand'\n"),
         "p.pipe": "NODE a\nSQL >\n    SELECT 1\nEXPORT_SERVICE 's3'\n",
     })
-    # The Kafka settings pipeframe acts on are kept (checked against the connection by `check`), the rest warned of.
-    assert [(d.code, d.severity, d.location.line) for d in diags] == [
-        ("PF110", "warning", 5), ("PF110", "warning", 6), ("PF110", "warning", 4)]
+    # The Kafka settings pipeframe acts on are kept (checked against the connection by `check`), the rest warned of;
+    # a pipe's EXPORT_* lines are kept for `check` to judge against TYPE sink (connectors/export.py).
+    assert [(d.code, d.severity, d.location.line) for d in diags] == [("PF110", "warning", 5), ("PF110", "warning", 6)]
+    assert [(s.keyword, s.value) for s in resources.pipes[0].nodes[0].export] == [("EXPORT_SERVICE", "s3")]
     assert diags[0].message == "The Import connector is not supported yet; `IMPORT_SERVICE` is ignored."
     assert [(s.keyword, s.value, s.location.line) for s in datasource(resources, "a").connector] == [
         ("KAFKA_CONNECTION_NAME", "c", 3), ("KAFKA_TOPIC", "t", 4)]
