@@ -1,7 +1,8 @@
 """Project settings: pipeframe.yaml, environments and environment-variable overrides.
 
 Resolution order (later wins): built-in defaults, top level of pipeframe.yaml, the selected environment's
-block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRAME_SPARK_REMOTE.
+block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRAME_SPARK_REMOTE /
+PIPEFRAME_SIGNING_KEY.
 
 A value may name environment variables: `${VAR}`, `${VAR:-default}` (the default when VAR is unset or empty),
 `$${` for a literal `${`. They are substituted after the environment is chosen, so a secret that only `prod`

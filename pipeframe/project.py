@@ -763,8 +763,8 @@ class Project:
         key = self.config.signing_key
         if not key:
             raise PipeframeError("PF834", "The project has no signing key to sign tokens with.",
-                                 "Set `signing_key: ${PIPEFRAME_SIGNING_KEY}` in pipeframe.yaml (or the "
-                                 "PIPEFRAME_SIGNING_KEY environment variable), the same the server reads.")
+                                 "Set the PIPEFRAME_SIGNING_KEY environment variable (or `signing_key:` in "
+                                 "pipeframe.yaml, e.g. `${JWT_SIGNING_KEY}`): the key the server checks tokens with.")
         if not pipes:
             raise PipeframeError("PF834", "A token must name the pipes it may read.", "Pass --pipe NAME.")
         if expires_in <= 0 or (rps is not None and rps < 1):

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeframe.cli import main
+from pipeframe.config import load_config
 from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import Signed, authenticate
 from pipeframe.server.service import query_value
@@ -115,3 +116,12 @@ def test_static_tokens_and_signed_tokens_side_by_side() -> None:
 def test_fixed_params_are_sent_as_a_query_string_carries_them() -> None:
     assert [query_value(v) for v in (42, 4.5, True, False, "eu", None, [1, "b"])] == [
         "42", "4.5", "true", "false", "eu", "", ["1", "b"]]
+
+
+def test_the_signing_key_comes_from_the_config_or_the_environment(tmp_path: Path) -> None:
+    write_project(tmp_path, {"pipeframe.yaml": "signing_key: ${JWT_KEY}\n"})
+    assert load_config(tmp_path, environ={"JWT_KEY": "from-file"}).signing_key == "from-file"
+    assert load_config(tmp_path, environ={"JWT_KEY": "x", "PIPEFRAME_SIGNING_KEY": "from-env"}).signing_key == \
+        "from-env"
+    assert "from-file" not in repr(load_config(tmp_path, environ={"JWT_KEY": "from-file"}))
+    assert load_config(tmp_path / "none", environ={}).signing_key is None
