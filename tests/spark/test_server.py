@@ -395,6 +395,40 @@ def test_a_signed_token_over_its_rate_limit_gets_429_and_others_do_not(http, pro
         limiter.clock = time.monotonic
 
 
+def test_random_tenants_and_parameter_spellings_never_reach_another_tenants_rows(http, project):
+    """Property: whatever a tenant's token pins and whatever the request sends (any spelling of the parameter,
+    repeated, other values), every row answered is the tenant's own; a token expired or signed with another key is
+    refused (403) whatever its shape."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pipeframe.tokens import PipeScope, mint
+
+    orgs = {row["org_id"] for row in ORDERS_FIXTURE}
+    values = st.one_of(st.integers(-5, 100).map(str), st.sampled_from(["7", "42", "", "7,42", "' OR 1=1 --"]))
+    spellings = st.sampled_from(["org_id", "ORG_ID", "Org_Id", "org_id ", " org_id", "org_id[]", "org-id"])
+    sent = st.dictionaries(spellings, st.one_of(values, st.lists(values, min_size=2, max_size=3)), max_size=4)
+
+    @given(tenant=st.sampled_from(sorted(orgs) + [99]), params=sent, rps=st.none() | st.just(1000),
+           fate=st.sampled_from(["valid", "valid", "expired", "forged"]))
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
+    def check(tenant: int, params: dict, rps: int | None, fate: str) -> None:
+        key = SIGNING_KEY if fate != "forged" else "a-forger-s-signing-key-of-32-bytes-x"
+        issued = time.time() - (7200 if fate == "expired" else 0)
+        token = mint(key, project.config.name, f"tenant{tenant}", [PipeScope("org_orders", {"org_id": tenant})],
+                     3600, rps, now=issued)
+        answer = org_rows(http, token, **params)
+        if fate != "valid":
+            assert_error(answer, 403, "PF832" if fate == "expired" else "PF831")
+            return
+        assert answer.status_code == 200, answer.text
+        rows = answer.json()["data"]
+        assert {row["org_id"] for row in rows} <= {tenant}
+        assert len(rows) == sum(row["org_id"] == tenant for row in ORDERS_FIXTURE)
+
+    check()
+
+
 # ------------------------------------------------------------------------------------------ metrics
 def scrape(http: httpx.Client) -> dict[tuple[str, tuple], float]:
     """Every sample of GET /metrics, by name and sorted labels."""
