@@ -92,7 +92,7 @@ class RuntimeFigures(Collector):
 
     def collect(self) -> Iterator[Metric]:
         runtime = self.runtime
-        ingest = runtime.committer.stats()
+        ingest = runtime.committer.counts()
         for kind, name, text in INGEST_FIGURES:  # the keys of `GET /v0/ingest`
             family = kind(f"pipeframe_ingest_{name}", text, labels=["datasource"])
             for datasource, figures in ingest.items():
