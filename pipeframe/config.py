@@ -1,7 +1,8 @@
 """Project settings: pipeframe.yaml, environments and environment-variable overrides.
 
 Resolution order (later wins): built-in defaults, top level of pipeframe.yaml, the selected environment's
-block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRAME_SPARK_REMOTE.
+block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRAME_SPARK_REMOTE /
+PIPEFRAME_SIGNING_KEY.
 
 A value may name environment variables: `${VAR}`, `${VAR:-default}` (the default when VAR is unset or empty),
 `$${` for a literal `${`. They are substituted after the environment is chosen, so a secret that only `prod`
@@ -21,7 +22,7 @@ from pipeframe.errors import Location, PipeframeError
 
 CONFIG_FILE = "pipeframe.yaml"
 STATE_DIR = ".pipeframe"
-KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "retention_hours", "ingest"}
+KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "signing_key", "retention_hours", "ingest"}
 KNOWN_SPARK_KEYS = {"master", "remote", "conf"}
 
 
@@ -69,6 +70,9 @@ class ProjectConfig:
     ignore: tuple[str, ...] = ()
     environment: str | None = None
     tokens: Mapping[str, str] = field(default_factory=dict)
+    # The key signed tenant tokens (JWT, pipeframe/tokens.py) are signed and checked with: pipeframe.yaml
+    # `signing_key:` (usually `${SOME_SECRET}`), or PIPEFRAME_SIGNING_KEY. Never written into the warehouse.
+    signing_key: str | None = field(default=None, repr=False)
     retention_hours: float = 168.0  # how long `optimize` keeps files no longer in a table (Delta VACUUM)
     ingest: IngestSettings = field(default_factory=IngestSettings)
 
@@ -263,6 +267,7 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
         ignore=tuple(str(i) for i in ignore),
         environment=env,
         tokens={str(k): str(v) for k, v in (data.get("tokens") or {}).items()},
+        signing_key=str(environ.get("PIPEFRAME_SIGNING_KEY") or data.get("signing_key") or "") or None,
         retention_hours=_retention(data.get("retention_hours"), path),
         ingest=_ingest(data.get("ingest")),
     )

@@ -751,6 +751,28 @@ class Project:
         self.require_pipe(pipe, "endpoint", params)
         return self.endpoints().run(pipe, params)
 
+    def create_token(self, pipes: list[str], fixed_params: Mapping[str, Any], expires_in: float,
+                     rps: int | None = None, name: str = "tenant") -> str:
+        """A signed tenant token (JWT, pipeframe/tokens.py) that may read the endpoint pipes `pipes`, with
+        `fixed_params` pinned on each, for `expires_in` seconds, at most `rps` requests per second (per `name`).
+        Signed with pipeframe.yaml `signing_key:` (or PIPEFRAME_SIGNING_KEY); the pipes must be endpoint pipes of
+        the files (PF801/PF802). No JVM, no warehouse read."""
+        from pipeframe.endpoints import declared_pipe
+        from pipeframe.tokens import PipeScope, mint
+
+        key = self.config.signing_key
+        if not key:
+            raise PipeframeError("PF834", "The project has no signing key to sign tokens with.",
+                                 "Set the PIPEFRAME_SIGNING_KEY environment variable (or `signing_key:` in "
+                                 "pipeframe.yaml, e.g. `${JWT_SIGNING_KEY}`): the key the server checks tokens with.")
+        if not pipes:
+            raise PipeframeError("PF834", "A token must name the pipes it may read.", "Pass --pipe NAME.")
+        if expires_in <= 0 or (rps is not None and rps < 1):
+            raise PipeframeError("PF834", "A token's expiry and rate limit must be positive.",
+                                 "Pass e.g. --expires-in 1h --rps 10.")
+        scopes = [PipeScope(declared_pipe(self.compiled, pipe).name, dict(fixed_params)) for pipe in pipes]
+        return mint(key, self.config.name, name, scopes, expires_in, rps)
+
     def delete_view(self, view: str, force: bool = False) -> DeployResult:
         """Drop a deployed view's table, through a deploy of drop changes (locked, and listed by `deploy --history`).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from pipeframe.cli import compile, data, deploy, dev, imports, local, query, serve, sinks, views
+from pipeframe.cli import compile, data, deploy, dev, imports, local, query, serve, sinks, tokens, views
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -29,6 +29,6 @@ def main() -> None:
     """
 
 
-for _group in (compile, deploy, query, data, imports, sinks, views, dev, serve, local):
+for _group in (compile, deploy, query, data, imports, sinks, views, dev, serve, local, tokens):
     for _command in _group.COMMANDS:
         main.add_command(_command)

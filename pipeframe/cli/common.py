@@ -106,14 +106,14 @@ def _run(action: Callable[[], int | None]) -> int:
         return 70
 
 
-def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
-    """`--param k=v` options as a dict; a malformed one is a usage error naming it."""
+def parse_params(pairs: tuple[str, ...], option: str = "--param") -> dict[str, str]:
+    """`--param k=v` options (or those of `option`) as a dict; a malformed one is a usage error naming it."""
     params = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise PipeframeError("PF805", f"`--param {pair}` is not of the form name=value.",
-                                 "Write each parameter as --param name=value, e.g. --param limit=10.")
+            raise PipeframeError("PF805", f"`{option} {pair}` is not of the form name=value.",
+                                 f"Write each parameter as {option} name=value, e.g. {option} limit=10.")
         params[name.strip()] = value
     return params
 

@@ -59,6 +59,9 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
                             "network (set `tokens:` in pipeframe.yaml).", fg="yellow")
             else:
                 click.echo("  tokens: none configured, every route is open (local dev)")
+            if project.config.signing_key:
+                click.echo("  signed tokens (JWT): checked with the signing key")
+            click.echo(f"  metrics: {running.url}/metrics")
 
         serve_forever(service, host, port, on_ready=ready)
         click.echo("stopped")

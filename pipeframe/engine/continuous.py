@@ -39,6 +39,15 @@ class ViewFigures:
     visible_ms: float | None = None
     applied: ViewRefresh | None = None  # the last refresh that applied rows
     applied_round: int = 0
+    lag_versions: int | None = None  # source commits not applied yet when its last round looked
+
+
+@dataclass(frozen=True)
+class ViewLag:
+    """A view's lag as the loop last saw it (for metrics): commit → visible of its newest rows, commits behind."""
+
+    visible_ms: float | None
+    versions: int | None
 
 
 class ContinuousMaterializer:
@@ -52,6 +61,8 @@ class ContinuousMaterializer:
         self.done = 0  # rounds finished
         self.figures: dict[str, ViewFigures] = {}
         self.problem: str | None = None  # why the last round failed
+        # Told of each round that ran (its seconds and refreshes), e.g. by the server's metrics.
+        self.on_round: Callable[[float, list[ViewRefresh]], None] | None = None
         self._seen: dict[str, int] = {}  # table path -> its version when the last round started
         self._forced: set[str] = set()  # views a waiter needs refreshed by the next round
         self._cond = threading.Condition()
@@ -131,6 +142,10 @@ class ContinuousMaterializer:
         visible = figures.visible_ms if figures is not None else None
         return {"visible_ms": None if visible is None else round(visible, 1)}
 
+    def lag(self) -> dict[str, ViewLag]:
+        """Every view the loop refreshed: its lag as of its last round (in memory: cheap enough for every scrape)."""
+        return {view: ViewLag(f.visible_ms, f.lag_versions) for view, f in list(self.figures.items())}
+
     # ---------------------------------------------------------------------------------- rounds
     def _run(self) -> None:
         from pipeframe.engine.session import scheduler_pool
@@ -145,9 +160,12 @@ class ContinuousMaterializer:
             with self._cond:
                 self.rounds += 1
                 round_, forced, self._forced = self.rounds, self._forced, set()
+            started = time.perf_counter()
             try:
-                self.run_round(round_, forced)
+                refreshed = self.run_round(round_, forced)
                 self.problem = None
+                if self.on_round is not None:
+                    self.on_round(time.perf_counter() - started, refreshed)
             except Exception as exc:
                 log.warning("A materializer round failed; the next one tries again.", exc_info=True)
                 self.problem = f"the materializer's last round failed ({first_line(exc)}); the next one tries again"
@@ -158,9 +176,10 @@ class ContinuousMaterializer:
     def run_round(self, round_: int = 0, forced: set[str] = frozenset()) -> list[ViewRefresh]:
         """Refresh the views downstream of every table that moved since the previous round (and `forced`)."""
         materializer = self.materializer()
-        moved, seen = [], {}
+        moved, seen, path_of = [], {}, {}
         for resource in materializer.deployed.values():
             if resource.state.has_table and resource.path:
+                path_of[resource.state.name] = resource.path
                 seen[resource.path] = version = materializer.warehouse.version_of(resource.path)
                 if self._seen.get(resource.path) != version:
                     moved.append(resource.state.name)
@@ -168,9 +187,13 @@ class ContinuousMaterializer:
         views = [v for v in materializer.views() if v.state.name in wanted]  # upstream first
         results = materializer.refresh(views) if views else []
         self._seen = seen  # only once refreshed: a round that failed looks at the same tables again
+        sources = {v.state.name: v.state.source for v in views}
         for result in results:
             figures = self.figures.setdefault(result.view, ViewFigures())
             figures.last, figures.round = result, round_
+            latest = seen.get(path_of.get(sources.get(result.view) or "", ""))
+            if latest is not None and result.to_version is not None:
+                figures.lag_versions = max(0, latest - result.to_version)
             if result.outcome == "applied":
                 figures.applied, figures.applied_round = result, round_
                 figures.visible_ms = result.waited_ms

@@ -79,13 +79,19 @@ class IngestStats:
             self.recent.popleft()
         return sum(rows for _, rows in self.recent) / RATE_SECONDS
 
-    def to_json(self, now: float) -> dict:
+    def counts(self) -> dict[str, int]:
+        """The counters and the buffer's depth: plain numbers, read by any thread at any time (a metrics scrape)
+        without touching the rate window the commit thread appends to."""
         return {"commits": self.commits, "requests": self.requests, "rows": self.rows,
-                "arrow_parsed_commits": self.arrow_parsed, "arrow_committed_commits": self.arrow_committed,
-                "quarantined_rows": self.quarantined, "rows_per_second": round(self.rows_per_second(now), 1),
-                "rejected_requests": self.rejected, "failed_requests": self.failed,
-                "replayed_requests": self.replayed, "buffered_requests": self.buffered_requests,
-                "buffered_bytes": self.buffered_bytes, "last_commit_version": self.last_commit_version,
+                "quarantined_rows": self.quarantined, "rejected_requests": self.rejected,
+                "failed_requests": self.failed, "replayed_requests": self.replayed,
+                "buffered_requests": self.buffered_requests, "buffered_bytes": self.buffered_bytes}
+
+    def to_json(self, now: float) -> dict:
+        return {**self.counts(), "arrow_parsed_commits": self.arrow_parsed,
+                "arrow_committed_commits": self.arrow_committed,
+                "rows_per_second": round(self.rows_per_second(now), 1),
+                "last_commit_version": self.last_commit_version,
                 "last_commit_ms": None if self.last_commit_ms is None else round(self.last_commit_ms, 1)}
 
 
@@ -174,6 +180,12 @@ class GroupCommitter:
         with self._guard:
             queues = list(self._queues.values())
         return {q.name: q.stats.to_json(now) for q in sorted(queues, key=lambda q: q.name)}
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per datasource, the counters and buffer depth of `stats` without its rates (`IngestStats.counts`)."""
+        with self._guard:
+            queues = list(self._queues.values())
+        return {q.name: q.stats.counts() for q in queues}
 
     def stop(self, timeout: float = 30.0) -> None:
         """Commit what is waiting, then stop the committing threads."""

@@ -21,7 +21,7 @@ from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import HideTokens
 from pipeframe.server.errors import add_error_handlers, error_response
 from pipeframe.server.openapi import add_docs_routes
-from pipeframe.server.routes import add_event_routes, add_pipe_routes, add_view_routes
+from pipeframe.server.routes import add_event_routes, add_metrics_route, add_pipe_routes, add_view_routes
 from pipeframe.server.service import Service
 
 log = logging.getLogger("pipeframe.server")
@@ -41,6 +41,7 @@ def create_app(service: Service) -> FastAPI:
     add_pipe_routes(app, service)
     add_event_routes(app, service)
     add_view_routes(app, service)
+    add_metrics_route(app, service)
     add_docs_routes(app, service)
     return app
 
@@ -73,6 +74,7 @@ class RefuseWhileStopping:
                                      "Send the request again once the server is back (after Retry-After seconds).",
                                      http_status=503)
             # Answered here: the app's exception handlers sit inside this middleware.
+            self.service.metrics.error(refused.code, refused.http_status)
             await error_response(refused, self.service.project)(scope, receive, send)
             return
         await self.app(scope, receive, send)

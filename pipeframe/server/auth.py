@@ -1,5 +1,5 @@
-"""Tokens: who is calling (a secret from pipeframe.yaml `tokens:`), what each token may read or append to, and
-secrets kept out of the access log."""
+"""Tokens: who is calling (a secret from pipeframe.yaml `tokens:`, or a signed tenant token: pipeframe/tokens.py),
+what each token may read or append to, and secrets kept out of the access log."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pipeframe.errors import PipeframeError
+from pipeframe.tokens import RateLimiter, TenantToken, looks_signed, verify
 
 if TYPE_CHECKING:
     from fastapi import Request
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from pipeframe.datafiles.model import TokenScope
     from pipeframe.plan.snapshot import DeployedResource
 
+# Who calls: a static token's name, a signed tenant token, or None when no tokens are configured (everything open).
+Caller = str | TenantToken | None
 ADMIN_TOKEN = "admin"  # the token of this name in pipeframe.yaml may do everything, views API included
 TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
 
@@ -30,8 +33,12 @@ def token_of(request: Request) -> str | None:
     return request.query_params.get("token") or None
 
 
-def authenticate(tokens: Mapping[str, str], secret: str | None) -> str | None:
-    """The name of the token whose secret this is; None when no tokens are configured (everything is open)."""
+def authenticate(tokens: Mapping[str, str], secret: str | None, signed: Signed | None = None) -> Caller:
+    """Who sends `secret`: the name of the static token whose secret it is, or the signed token it is (checked
+    against `signed`'s key and counted against its rate limit); None when no tokens are configured and the request
+    carries no signed token (everything is open)."""
+    if secret and signed is not None and signed.key and looks_signed(secret):
+        return signed.check(secret)
     if not tokens:
         return None
     if not secret:
@@ -48,28 +55,54 @@ def authenticate(tokens: Mapping[str, str], secret: str | None) -> str | None:
     return found
 
 
-def may(caller: str | None, resource: DeployedResource | None, scope: TokenScope) -> bool:
-    """Whether the token may READ a pipe or APPEND to a datasource: it is declared there with that scope."""
+class Signed:
+    """The signed tokens a server accepts: those of its project (`workspace`) signed with `key`, each within its
+    rate limit (one `RateLimiter` per server)."""
+
+    def __init__(self, key: str | None, workspace: str, limiter: RateLimiter | None = None) -> None:
+        self.key = key
+        self.workspace = workspace
+        self.limiter = limiter or RateLimiter()
+
+    def check(self, secret: str) -> TenantToken:
+        token = verify(self.key, self.workspace, secret)
+        if token.rps is not None:
+            self.limiter.admit(token.name, token.rps)
+        return token
+
+
+def caller_name(caller: Caller) -> str | None:
+    return caller.name if isinstance(caller, TenantToken) else caller
+
+
+def may(caller: Caller, resource: DeployedResource | None, scope: TokenScope) -> bool:
+    """Whether the token may READ a pipe or APPEND to a datasource: it is declared there with that scope (a signed
+    token: the pipe is one of its `PIPES:READ` scopes)."""
+    if isinstance(caller, TenantToken):
+        return scope == "READ" and resource is not None and caller.may_read(resource.state.name)
     if caller is None or caller == ADMIN_TOKEN:
         return True
     return resource is not None and (caller, scope) in resource.state.tokens
 
 
-def authorize(caller: str | None, key: ResourceKey, resource: DeployedResource | None, scope: TokenScope) -> None:
+def authorize(caller: Caller, key: ResourceKey, resource: DeployedResource | None, scope: TokenScope) -> None:
     """A PF813 (403) unless the token may use `resource` (deployed as `key`) with `scope`."""
     kind, name = key.kind, key.name
     if may(caller, resource, scope):
         return
     verb, file = ("read", f"pipes/{name}.pipe") if scope == "READ" else ("append to", f"{name}.datasource")
+    if isinstance(caller, TenantToken):
+        raise PipeframeError("PF813", f"Signed token `{caller.name}` may not {verb} {kind} `{name}`.",
+                             f"Mint a token with `--pipe {name}` (signed tokens read pipes only).", http_status=403)
     raise PipeframeError("PF813", f"Token `{caller}` may not {verb} {kind} `{name}`.",
                          f'Declare `TOKEN "{caller}" {scope}` in {file} and deploy, or use a token declared '
                          "there.", http_status=403)
 
 
-def require_admin(caller: str | None) -> None:
+def require_admin(caller: Caller, what: str = "the views API") -> None:
     """A PF813 (403) unless the caller is the admin token (or no tokens are configured)."""
     if caller is not None and caller != ADMIN_TOKEN:
-        raise PipeframeError("PF813", f"Token `{caller}` may not use the views API.",
+        raise PipeframeError("PF813", f"Token `{caller_name(caller)}` may not use {what}.",
                              f"Use the `{ADMIN_TOKEN}` token of pipeframe.yaml `tokens:`.", http_status=403)
 
 

@@ -59,8 +59,13 @@ def error_body(err: PipeframeError, project: Project, parameter: str | None = No
     return hide_paths(body, project)
 
 
+def status_of(err: PipeframeError) -> int:
+    """The HTTP status `err` is answered with."""
+    return 404 if err.code in NOT_FOUND else err.http_status
+
+
 def error_response(err: PipeframeError, project: Project, parameter: str | None = None) -> JSONResponse:
-    status = 404 if err.code in NOT_FOUND else err.http_status
+    status = status_of(err)
     headers = {"Retry-After": str(RETRY_SECONDS)} if status in (429, 503) else None
     return JSONResponse(error_body(err, project, parameter), status_code=status, headers=headers)
 
@@ -68,9 +73,14 @@ def error_response(err: PipeframeError, project: Project, parameter: str | None 
 def add_error_handlers(app: FastAPI, service: Service) -> None:
     """Answer PipeframeErrors, invalid requests, unknown routes and unexpected exceptions in the error shape."""
 
+    def answer(err: PipeframeError, parameter: str | None = None) -> JSONResponse:
+        response = error_response(err, service.project, parameter)
+        service.metrics.error(err.code, response.status_code)
+        return response
+
     @app.exception_handler(PipeframeError)
     async def pipeframe_error(_request: Request, err: PipeframeError) -> JSONResponse:
-        return error_response(err, service.project)
+        return answer(err)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, err: RequestValidationError) -> JSONResponse:
@@ -79,15 +89,15 @@ def add_error_handlers(app: FastAPI, service: Service) -> None:
         error = PipeframeError("PF815", f"Invalid request: {'`' + '.'.join(where) + '`: ' if where else ''}"
                                f"{problem.get('msg', 'invalid value')}.", "See /v0/openapi.json for the request "
                                "each route takes.")
-        return error_response(error, service.project, where[-1] if where else None)
+        return answer(error, where[-1] if where else None)
 
     @app.exception_handler(HTTPException)
     async def no_route(request: Request, err: HTTPException) -> JSONResponse:
         error = PipeframeError("PF814", f"No route {request.method} {request.url.path} ({err.detail}).",
                                "The routes are listed at /v0/openapi.json and /docs.", http_status=err.status_code)
-        return error_response(error, service.project)
+        return answer(error)
 
-    app.add_middleware(InternalErrors)
+    app.add_middleware(InternalErrors, service=service)
 
 
 class InternalErrors:
@@ -95,8 +105,9 @@ class InternalErrors:
 
     (Starlette's own 500 handler re-raises, and uvicorn then drops the keep-alive connection.)"""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, service: Service) -> None:
         self.app = app
+        self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -115,6 +126,7 @@ class InternalErrors:
             log.exception("PF999 internal error answering %s %s", scope["method"], scope["path"])
             if started:
                 raise
+            self.service.metrics.error("PF999", 500)
             answer = JSONResponse({"error": "Internal error.", "code": "PF999", "parameter": None,
                                    "hint": "This is a pipeframe bug: the server log has the traceback; please "
                                            "report it."}, status_code=500)

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -15,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, StrictBool
 from starlette.concurrency import run_in_threadpool
 
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.errors import PipeframeError
 from pipeframe.server import auth
-from pipeframe.server.errors import error_body, hide_paths
+from pipeframe.server.errors import error_body, hide_paths, status_of
 
 if TYPE_CHECKING:
     from pipeframe.endpoints import EndpointResult
@@ -46,16 +48,26 @@ def add_pipe_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/v0/pipes/{pipe_file}", include_in_schema=False)  # documented per pipe by `openapi_document`
     def call_pipe(pipe_file: str, request: Request) -> Response:
+        started = time.perf_counter()
         name, dot, fmt = pipe_file.rpartition(".")
-        if not dot or fmt not in FORMATS:
-            raise PipeframeError("PF814", f"`/v0/pipes/{pipe_file}` names no format.",
-                                 f"Call /v0/pipes/{name or pipe_file}.json (or .csv, .ndjson).", http_status=404)
-        caller = service.authenticate(auth.token_of(request))
-        params = {}
-        for key in request.query_params:
-            values = request.query_params.getlist(key)
-            params[key] = values[0] if len(values) == 1 else values  # repeated: an Array parameter's items
-        return render(service.call(name, params, caller), fmt)
+        engine, status = None, 500
+        try:
+            if not dot or fmt not in FORMATS:
+                raise PipeframeError("PF814", f"`/v0/pipes/{pipe_file}` names no format.",
+                                     f"Call /v0/pipes/{name or pipe_file}.json (or .csv, .ndjson).", http_status=404)
+            caller = service.authenticate(auth.token_of(request))
+            params = {}
+            for key in request.query_params:
+                values = request.query_params.getlist(key)
+                params[key] = values[0] if len(values) == 1 else values  # repeated: an Array parameter's items
+            result = service.call(name, params, caller)
+            engine, status = result.engine, 200
+            return render(result, fmt)
+        except PipeframeError as err:
+            status = status_of(err)
+            raise
+        finally:
+            service.metrics.endpoint(name, status, engine, time.perf_counter() - started)
 
 
 def add_event_routes(app: FastAPI, service: Service) -> None:
@@ -110,6 +122,18 @@ def add_event_routes(app: FastAPI, service: Service) -> None:
         waiting (buffer depth) and bytes, rejected (429), failed and replayed requests, the last commit."""
         auth.require_admin(service.authenticate(auth.token_of(request)))
         return service.ingest_stats()
+
+
+def add_metrics_route(app: FastAPI, service: Service) -> None:
+    """`GET /metrics`: the server's Prometheus metrics (the admin token, when tokens are enforced)."""
+
+    @app.get("/metrics", summary="Prometheus metrics", tags=["operations"],
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus' text format"}})
+    def metrics(request: Request) -> Response:
+        """Endpoint requests and latency, events and rows ingested per datasource, buffer depth, rejections and
+        errors by PF code, views' lag and refresh rounds (docs/operations.md). Read from memory: no Spark job."""
+        auth.require_admin(service.authenticate(auth.token_of(request)), "/metrics")
+        return Response(service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 def view_problems(refreshed: Iterable[ViewRefresh]) -> list[dict]:
@@ -188,6 +212,7 @@ def add_view_routes(app: FastAPI, service: Service) -> None:
             dropped = service.delete_view(name, force)
         except ViewInUse as err:
             body = {**error_body(err, service.project), "dependents": [{"name": n, "kind": k} for n, k in err.dependents]}
+            service.metrics.error(err.code, err.http_status)
             return JSONResponse(body, status_code=err.http_status)
         return JSONResponse({"deleted": [{"name": r.state.name, "kind": r.state.kind} for r in dropped],
                              "note": "The project files still declare these resources: the next `pipeframe "

@@ -18,6 +18,8 @@ from pipeframe.engine.conflicts import local_folder
 from pipeframe.errors import PipeframeError
 from pipeframe.runtime import Job as BackgroundJob
 from pipeframe.server import auth
+from pipeframe.server.metrics import Metrics
+from pipeframe.tokens import RateLimiter, TenantToken
 
 if TYPE_CHECKING:
     from pipeframe.compiler.compile import CompiledPipe
@@ -67,7 +69,9 @@ class Service:
         self._seen = -1  # the state store's version the current snapshot was read at
         self._checked = 0.0
         self._local = local_folder(project.config.warehouse_uri) is not None
+        self.limiter = RateLimiter()  # signed tokens' `limits.rps`, per token name, for the server's lifetime
         self.reload(project)
+        self.metrics = Metrics(self.runtime, lambda: self.current.endpoints)  # GET /metrics: this server's registry
 
     def reload(self, project: Project, deployed: DeployedSnapshot | None = None) -> None:
         """Serve `project` (compiled and deployed) from now on; requests already running finish on the old one.
@@ -121,24 +125,29 @@ class Service:
     def tokens_enforced(self) -> bool:
         return bool(self.project.config.tokens)
 
-    def authenticate(self, secret: str | None) -> str | None:
-        """The name of the token whose secret this is; None when no tokens are configured (everything is open)."""
-        return auth.authenticate(self.project.config.tokens, secret)
+    def authenticate(self, secret: str | None) -> auth.Caller:
+        """The name of the token whose secret this is, or the signed token it is (within its rate limit); None when
+        no tokens are configured (everything is open)."""
+        config = self.project.config
+        return auth.authenticate(config.tokens, secret, auth.Signed(config.signing_key, config.name, self.limiter))
 
-    def authorize(self, caller: str | None, key: ResourceKey, scope: TokenScope) -> None:
+    def authorize(self, caller: auth.Caller, key: ResourceKey, scope: TokenScope) -> None:
         auth.authorize(caller, key, self.current.endpoints.deployed.get(key), scope)
 
     # ------------------------------------------------------------------------------------ reading
-    def readable_pipes(self, caller: str | None) -> list[CompiledPipe]:
+    def readable_pipes(self, caller: auth.Caller) -> list[CompiledPipe]:
         """The deployed endpoint pipes the token may read."""
         endpoints = self.current.endpoints
         deployed = {name: endpoints.deployed.get(ResourceKey.pipe(name)) for name in endpoints.names}
         return [endpoints.compiled.pipes[name] for name, resource in deployed.items()
                 if resource is not None and auth.may(caller, resource, "READ")]
 
-    def call(self, pipe: str, params: dict[str, Any], caller: str | None) -> EndpointResult:
+    def call(self, pipe: str, params: dict[str, Any], caller: auth.Caller) -> EndpointResult:
         """Run an endpoint; a table that vanished under the query (a deploy or drop elsewhere) is retried once on
-        the state deployed now, then answered as a retryable 503."""
+        the state deployed now, then answered as a retryable 503. A signed token's fixed parameters replace what
+        the request sent under those names."""
+        if isinstance(caller, TenantToken):
+            params = {**params, **{name: query_value(v) for name, v in caller.fixed_params(pipe).items()}}
         missing = ""
         for _attempt in range(2):
             current = self.current
@@ -223,3 +232,13 @@ class Service:
             result = self.project.delete_view(view, force)
             self.current.endpoints.refresh()  # dropped endpoints answer "not deployed"
             return [before[c.key] for c in result.plan.pending if c.key in before]
+
+
+def query_value(value: Any) -> str | list[str]:
+    """A fixed parameter of a signed token (a JSON value) as a query string carries it, so it is validated and
+    rendered by the pipe's typed parameter like any value sent: `true`/`false`, a list's items, numbers as text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return [str(query_value(item)) for item in value]
+    return "" if value is None else str(value)

@@ -132,6 +132,28 @@ SQL >
            1.5 AS x
 TYPE endpoint
 """
+ORDERS = """\
+DESCRIPTION >
+    Orders of several customers (organizations)
+SCHEMA >
+    `org_id` INT `json:$.org_id`,
+    `item` STRING `json:$.item`,
+    `amount` DOUBLE `json:$.amount`
+"""
+ORG_ORDERS = """\
+DESCRIPTION >
+    One organization's orders: the endpoint a tenant token pins `org_id` on
+NODE endpoint
+SQL >
+    %
+    SELECT org_id, item, amount FROM orders
+    WHERE org_id = {{ Int(org_id, required=True, description="The organization") }}
+    ORDER BY item
+TYPE endpoint
+"""
+ORDERS_FIXTURE = [{"org_id": 42, "item": "mug", "amount": 12.5}, {"org_id": 42, "item": "tea", "amount": 4.0},
+                  {"org_id": 7, "item": "pot", "amount": 30.0}, {"org_id": 7, "item": "cup", "amount": 3.0}]
+SIGNING_KEY = "test-signing-key-of-32-bytes-or-more"
 FIXTURE = [
     {"ts": "2024-05-01 10:00:00", "user": "u1", "product": "mug", "amount": 12.5, "quantity": 1, "paid": True},
     {"ts": "2024-05-01 10:20:00", "user": "u2", "product": "tea", "amount": 4.0, "quantity": 3, "paid": False},
@@ -157,8 +179,10 @@ def project(spark, spark_config) -> Project:
         "datasources/events.datasource": EVENTS, "pipes/hourly.pipe": HOURLY, "pipes/daily.pipe": DAILY,
         "pipes/search.pipe": SEARCH, "pipes/top.pipe": TOP, "pipes/product_days.pipe": PRODUCT_DAYS,
         "pipes/boom.pipe": BOOM, "pipes/non_finite.pipe": NON_FINITE,
+        "datasources/orders.datasource": ORDERS, "pipes/org_orders.pipe": ORG_ORDERS,
         "fixtures/events.ndjson": "".join(json.dumps(row) + "\n" for row in FIXTURE),
-    }, tokens)
+        "fixtures/orders.ndjson": "".join(json.dumps(row) + "\n" for row in ORDERS_FIXTURE),
+    }, tokens + f"signing_key: {SIGNING_KEY}\n")
 
 
 @pytest.fixture(scope="module")
@@ -299,6 +323,169 @@ def test_tokens_are_enforced_per_pipe_and_scope(http, caplog):
     listed = http.get("/v0/pipes", headers=DASHBOARD).json()["pipes"]
     assert sorted(p["name"] for p in listed) == ["product_days", "top"]
     assert_error(http.get("/v0/pipes"), 401, "PF811")
+
+
+# ------------------------------------------------------------------------------------------ signed tenant tokens
+def org_rows(http: httpx.Client, token: str, **params) -> httpx.Response:
+    return http.get("/v0/pipes/org_orders.json", params=params, headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_signed_token_reads_only_its_pipes_and_its_own_rows(http, project, server):
+    org42 = project.create_token(["org_orders"], {"org_id": 42}, expires_in=3600, name="org42")
+    both = http.get("/v0/pipes/org_orders.json", params={"org_id": "7"}, headers=ADMIN).json()["data"]
+    assert [r["item"] for r in both] == ["cup", "pot"]  # the admin token reads org 7's rows
+
+    mine = [("mug", 42), ("tea", 42)]
+    for params in ({}, {"org_id": "7"}, {"org_id": ["7", "42"]}, {"ORG_ID": "7", "org_id ": "7"}):
+        answer = org_rows(http, org42, **params)
+        assert answer.status_code == 200, (params, answer.text)
+        assert [(r["item"], r["org_id"]) for r in answer.json()["data"]] == mine, params
+    by_query = http.get("/v0/pipes/org_orders.json", params={"org_id": "7", "token": org42})
+    assert [(r["item"], r["org_id"]) for r in by_query.json()["data"]] == mine
+
+    # Only its pipes, and nothing of the views API, events, ingest figures or metrics.
+    assert [p["name"] for p in http.get("/v0/pipes", headers={"Authorization": f"Bearer {org42}"}).json()["pipes"]
+            ] == ["org_orders"]
+    documented = http.get("/v0/openapi.json", params={"token": org42}).json()["paths"]
+    assert {p for p in documented if p.startswith("/v0/pipes/")} == {
+        f"/v0/pipes/org_orders.{fmt}" for fmt in ("json", "csv", "ndjson")}
+    signed = {"Authorization": f"Bearer {org42}"}
+    refused = http.get("/v0/pipes/top.json", headers=signed)
+    assert "org42" in assert_error(refused, 403, "PF813")["error"] and org42 not in refused.text
+    assert_error(http.get("/v0/views", headers=signed), 403, "PF813")
+    assert_error(http.get("/metrics", headers=signed), 403, "PF813")
+    assert_error(post_events(http, [FIXTURE[0]], headers=signed), 403, "PF813")
+
+    # Static tokens keep working beside them.
+    assert http.get("/v0/pipes/top.json", headers=READER).status_code == 200
+
+
+def test_expired_forged_and_foreign_signed_tokens_are_refused(http, project):
+    from pipeframe.tokens import PipeScope, mint
+
+    scope = [PipeScope("org_orders", {"org_id": 42})]
+    expired = mint(SIGNING_KEY, project.config.name, "old", scope, 60, now=time.time() - 3600)
+    body = assert_error(org_rows(http, expired), 403, "PF832")
+    assert "expired" in body["error"]
+    forged = mint("another-key-of-32-bytes-or-more-000", project.config.name, "forged", scope, 3600)
+    assert "signature" in assert_error(org_rows(http, forged), 403, "PF831")["error"].lower()
+    header, _payload, signature = project.create_token(["org_orders"], {"org_id": 42}, 3600).split(".")
+    widened = mint(SIGNING_KEY, project.config.name, "x", [PipeScope("org_orders", {"org_id": 7})], 3600)
+    tampered = ".".join((header, widened.split(".")[1], signature))  # org 7's claims under org 42's signature
+    assert_error(org_rows(http, tampered), 403, "PF831")
+    other = mint(SIGNING_KEY, "another_project", "x", scope, 3600)
+    assert "another project" in assert_error(org_rows(http, other), 403, "PF831")["error"]
+
+
+def test_a_signed_token_over_its_rate_limit_gets_429_and_others_do_not(http, project, server):
+    limiter = server.service.limiter
+    now = [1000.25]
+    limiter.clock = lambda: now[0]  # a frozen clock: every request below falls in the same second
+    try:
+        burst = project.create_token(["org_orders"], {"org_id": 42}, 3600, rps=2, name="burst")
+        calm = project.create_token(["org_orders"], {"org_id": 7}, 3600, rps=1, name="calm")
+        assert [org_rows(http, burst).status_code for _ in range(2)] == [200, 200]
+        refused = org_rows(http, burst)
+        assert_error(refused, 429, "PF833")
+        assert refused.headers["Retry-After"] == "1"
+        assert [r["org_id"] for r in org_rows(http, calm).json()["data"]] == [7, 7]  # another name: unaffected
+        now[0] = 1001.0  # the next second
+        assert org_rows(http, burst).status_code == 200
+    finally:
+        limiter.clock = time.monotonic
+
+
+def test_random_tenants_and_parameter_spellings_never_reach_another_tenants_rows(http, project):
+    """Property: whatever a tenant's token pins and whatever the request sends (any spelling of the parameter,
+    repeated, other values), every row answered is the tenant's own; a token expired or signed with another key is
+    refused (403) whatever its shape."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pipeframe.tokens import PipeScope, mint
+
+    orgs = {row["org_id"] for row in ORDERS_FIXTURE}
+    values = st.one_of(st.integers(-5, 100).map(str), st.sampled_from(["7", "42", "", "7,42", "' OR 1=1 --"]))
+    spellings = st.sampled_from(["org_id", "ORG_ID", "Org_Id", "org_id ", " org_id", "org_id[]", "org-id"])
+    sent = st.dictionaries(spellings, st.one_of(values, st.lists(values, min_size=2, max_size=3)), max_size=4)
+
+    @given(tenant=st.sampled_from(sorted(orgs) + [99]), params=sent, rps=st.none() | st.just(1000),
+           fate=st.sampled_from(["valid", "valid", "expired", "forged"]))
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
+    def check(tenant: int, params: dict, rps: int | None, fate: str) -> None:
+        key = SIGNING_KEY if fate != "forged" else "a-forger-s-signing-key-of-32-bytes-x"
+        issued = time.time() - (7200 if fate == "expired" else 0)
+        token = mint(key, project.config.name, f"tenant{tenant}", [PipeScope("org_orders", {"org_id": tenant})],
+                     3600, rps, now=issued)
+        answer = org_rows(http, token, **params)
+        if fate != "valid":
+            assert_error(answer, 403, "PF832" if fate == "expired" else "PF831")
+            return
+        assert answer.status_code == 200, answer.text
+        rows = answer.json()["data"]
+        assert {row["org_id"] for row in rows} <= {tenant}
+        assert len(rows) == sum(row["org_id"] == tenant for row in ORDERS_FIXTURE)
+
+    check()
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def scrape(http: httpx.Client) -> dict[tuple[str, tuple], float]:
+    """Every sample of GET /metrics, by name and sorted labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    answer = http.get("/metrics", headers=ADMIN)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain"), answer.text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(answer.text) for s in family.samples}
+
+
+def moved(before: dict, after: dict) -> dict[tuple[str, tuple], float]:
+    return {key: value - before.get(key, 0) for key, value in after.items() if value != before.get(key, 0)}
+
+
+def test_metrics_count_requests_errors_ingest_and_view_lag(http, project):
+    assert_error(http.get("/metrics"), 401, "PF811")
+    assert_error(http.get("/metrics", headers=READER), 403, "PF813")
+    before = scrape(http)
+    engines = {http.get("/v0/pipes/top.json", headers=READER).json()["statistics"]["engine"] for _ in range(3)}
+    assert len(engines) == 1
+    [engine] = engines
+    assert_error(http.get("/v0/pipes/search.json", headers=DASHBOARD), 403, "PF813")
+    assert_error(http.get("/v0/pipes/search.json", params={"max_quantity": "many"}, headers=READER), 400, "PF202")
+    assert_error(http.get("/v0/pipes/no_such_pipe_42.json", headers=ADMIN), 404, "PF801")
+    landed = post_events(http, [FIXTURE[0], FIXTURE[1], "not json"], headers=INGEST)
+    assert landed.status_code == 200 and landed.json()["successful_rows"] == 2, landed.text
+    after = scrape(http)
+
+    def endpoint(pipe: str, status: str, engine: str) -> tuple:
+        return (("engine", engine), ("pipe", pipe), ("status", status))
+
+    changed = moved(before, after)
+    events = (("datasource", "events"),)
+    assert {k: v for k, v in changed.items() if k[0] in (
+        "pipeframe_endpoint_requests_total", "pipeframe_endpoint_request_duration_seconds_count",
+        "pipeframe_http_errors_total", "pipeframe_ingest_requests_total", "pipeframe_ingest_rows_total",
+        "pipeframe_ingest_commits_total", "pipeframe_ingest_quarantined_rows_total")} == {
+        ("pipeframe_endpoint_requests_total", endpoint("top", "2xx", engine)): 3,
+        ("pipeframe_endpoint_request_duration_seconds_count", endpoint("top", "2xx", engine)): 3,
+        ("pipeframe_endpoint_requests_total", endpoint("search", "4xx", "none")): 2,
+        ("pipeframe_endpoint_request_duration_seconds_count", endpoint("search", "4xx", "none")): 2,
+        ("pipeframe_endpoint_requests_total", endpoint("_other", "4xx", "none")): 1,
+        ("pipeframe_endpoint_request_duration_seconds_count", endpoint("_other", "4xx", "none")): 1,
+        ("pipeframe_http_errors_total", (("code", "PF813"), ("status", "403"))): 1,
+        ("pipeframe_http_errors_total", (("code", "PF202"), ("status", "400"))): 1,
+        ("pipeframe_http_errors_total", (("code", "PF801"), ("status", "404"))): 1,
+        ("pipeframe_ingest_requests_total", events): 1,
+        ("pipeframe_ingest_rows_total", events): 2,
+        ("pipeframe_ingest_commits_total", events): 1,
+        ("pipeframe_ingest_quarantined_rows_total", events): 1,
+    }
+    assert after[("pipeframe_ingest_buffered_requests", events)] == 0
+    assert after[("pipeframe_view_lag_versions", (("view", "hourly"),))] == 0  # wait=true: applied
+    assert after[("pipeframe_view_visible_ms", (("view", "hourly"),))] >= 0
+    assert changed[("pipeframe_view_refresh_round_duration_seconds_count", ())] >= 1
+    assert not any("no_such_pipe" in str(key) or "many" in str(key) for key in after)  # no raw URLs or values
 
 
 def access_log_line(caplog, start: str) -> str:

@@ -144,3 +144,20 @@ def test_a_waiter_is_answered_with_the_refresh_that_applied_its_commit():
         assert [r.outcome for r in loop.wait(["hourly"], timeout=30, after=loop.rounds)] == ["up to date"]
     finally:
         loop.stop()
+
+
+def test_each_views_lag_and_each_round_are_reported_for_metrics():
+    tables = Tables()
+    tables.versions["events"] = 4  # the fake refresh applies source versions up to 1: three commits behind
+    loop = ContinuousMaterializer(lambda: Views(tables), poll_ms=60_000)
+    rounds = []
+    loop.on_round = lambda seconds, refreshed: rounds.append((seconds >= 0, [r.view for r in refreshed]))
+    loop.start()
+    try:
+        loop.wait(["hourly", "daily"], timeout=30)
+    finally:
+        loop.stop()
+    lag = loop.lag()
+    assert (lag["hourly"].versions, lag["hourly"].visible_ms) == (3, 12.0)
+    assert lag["daily"].versions == 0  # hourly was at version 0 when the round looked; it applied up to 1
+    assert rounds == [(True, ["hourly", "daily"])]
