@@ -752,13 +752,15 @@ class Project:
         return self.endpoints().run(pipe, params)
 
     def create_token(self, pipes: list[str], fixed_params: Mapping[str, Any], expires_in: float,
-                     rps: int | None = None, name: str = "tenant") -> str:
+                     rps: int | None = None, name: str | None = None) -> str:
         """A signed tenant token (JWT, pipeframe/tokens.py) that may read the endpoint pipes `pipes`, with
         `fixed_params` pinned on each, for `expires_in` seconds, at most `rps` requests per second (per `name`).
         Signed with pipeframe.yaml `signing_key:` (or PIPEFRAME_SIGNING_KEY); the pipes must be endpoint pipes of
         the files (PF801/PF802). No JVM, no warehouse read."""
+        import uuid
+
         from pipeframe.endpoints import declared_pipe
-        from pipeframe.tokens import PipeScope, mint
+        from pipeframe.tokens import MIN_KEY_BYTES, PipeScope, empty, mint
 
         key = self.config.signing_key
         if not key:
@@ -770,8 +772,24 @@ class Project:
         if expires_in <= 0 or (rps is not None and rps < 1):
             raise PipeframeError("PF834", "A token's expiry and rate limit must be positive.",
                                  "Pass e.g. --expires-in 1h --rps 10.")
-        scopes = [PipeScope(declared_pipe(self.compiled, pipe).name, dict(fixed_params)) for pipe in pipes]
-        return mint(key, self.config.name, name, scopes, expires_in, rps)
+        if len(key.encode()) < MIN_KEY_BYTES:
+            raise PipeframeError("PF834", f"The signing key is shorter than {MIN_KEY_BYTES} bytes: its tokens could "
+                                 "be forged by trying keys.", "Use a random key of 32 bytes or more, e.g. "
+                                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`.")
+        blank = sorted(k for k, v in fixed_params.items() if empty(v))
+        if blank:
+            raise PipeframeError("PF834", f"Fixed parameter {', '.join(map(repr, blank))} has no value: a token "
+                                 "fixing it to nothing would pin nothing.", "Pass --fixed-param NAME=VALUE.")
+        scopes = []
+        for pipe in pipes:
+            declared = declared_pipe(self.compiled, pipe)
+            unknown = sorted(set(fixed_params) - {p.name for p in declared.parameters})
+            if unknown:
+                raise PipeframeError("PF834", f"Pipe `{pipe}` takes no parameter {', '.join(map(repr, unknown))}: "
+                                     "the token would pin nothing.",
+                                     f"Fix one of: {', '.join(p.name for p in declared.parameters) or '(none)'}.")
+            scopes.append(PipeScope(declared.name, dict(fixed_params)))
+        return mint(key, self.config.name, name or f"tenant-{uuid.uuid4().hex[:8]}", scopes, expires_in, rps)
 
     def delete_view(self, view: str, force: bool = False) -> DeployResult:
         """Drop a deployed view's table, through a deploy of drop changes (locked, and listed by `deploy --history`).

@@ -17,6 +17,8 @@ from pipeframe.errors import PipeframeError
 
 ALGORITHM = "HS256"
 PIPES_READ = "PIPES:READ"
+LEEWAY_S = 30  # clock skew allowed between the machine that minted a token and the server (exp, iat, nbf)
+MIN_KEY_BYTES = 32  # HS256 keys shorter than its hash are refused (RFC 7518, 3.2)
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,11 @@ def verify(key: str | None, workspace: str, secret: str, now: float | None = Non
                        "Set `signing_key:` in pipeframe.yaml (or PIPEFRAME_SIGNING_KEY) on the server.")
     try:
         # With `now` given (tests), the expiry is checked below against it rather than against the wall clock.
-        claims = jwt.decode(secret, key, algorithms=[ALGORITHM],
+        claims = jwt.decode(secret, key, algorithms=[ALGORITHM], leeway=LEEWAY_S,
                             options={"require": ["exp", "name", "scopes"], "verify_exp": now is None})
     except jwt.ExpiredSignatureError:
         raise _expired() from None
-    except jwt.InvalidTokenError as exc:
+    except (jwt.InvalidTokenError, TypeError, ValueError) as exc:  # a claim of another type included
         raise _refused("PF831", f"The signed token is not valid: {exc}.",
                        "Mint a new one with `pipeframe token create` (the server's signing key signs it).") from None
     if now is not None and _number(claims.get("exp")) <= now:
@@ -94,11 +96,16 @@ def _scopes(value: Any) -> dict[str, PipeScope]:
                                                                                                 str):
             continue  # other scope types grant nothing here
         fixed = scope.get("fixed_params") or {}
-        if not isinstance(fixed, Mapping):
-            raise _refused("PF831", f"The signed token's `fixed_params` of `{scope['resource']}` is not a mapping.",
-                           "Mint it with `pipeframe token create`.")
+        if not isinstance(fixed, Mapping) or any(empty(v) for v in fixed.values()):
+            raise _refused("PF831", f"The signed token's `fixed_params` of `{scope['resource']}` is not a mapping "
+                           "of values (an empty or null value pins nothing).", "Mint it with `pipeframe token create`.")
         found[scope["resource"]] = PipeScope(scope["resource"], dict(fixed))
     return found
+
+
+def empty(value: Any) -> bool:
+    """A fixed parameter value that would pin nothing: a template reads null and "" as a parameter not sent."""
+    return value is None or value == "" or (isinstance(value, list) and (not value or any(empty(v) for v in value)))
 
 
 def _rps(limits: Any) -> int | None:

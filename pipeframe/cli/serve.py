@@ -53,14 +53,13 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
             click.echo(f"  docs: {running.url}/docs")
             _jobs(project)
             if service.tokens_enforced:
-                click.echo(f"  tokens: enforced ({len(project.config.tokens)} configured)")
+                click.echo(f"  tokens: enforced ({len(project.config.tokens)} static"
+                           f"{', signed tokens with the signing key' if project.config.signing_key else ''})")
             elif host not in LOOPBACK:
                 click.secho(f"  warning: no tokens configured and listening on {host}: every route is open to the "
                             "network (set `tokens:` in pipeframe.yaml).", fg="yellow")
             else:
                 click.echo("  tokens: none configured, every route is open (local dev)")
-            if project.config.signing_key:
-                click.echo("  signed tokens (JWT): checked with the signing key")
             click.echo(f"  metrics: {running.url}/metrics")
 
         serve_forever(service, host, port, on_ready=ready)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from typing import Any
 
 import click
@@ -35,12 +36,13 @@ def token() -> None:
 @click.option("--expires-in", default="1h", show_default=True, metavar="DURATION",
               help="How long the token is valid: 90s, 15m, 1h, 7d.")
 @click.option("--rps", type=int, default=None, help="At most this many requests per second (429 beyond).")
-@click.option("--name", default="tenant", show_default=True,
-              help="The token's name: who calls, in errors and logs; tokens of one name share their rate limit.")
+@click.option("--name", default=None,
+              help="The token's name: who calls, in errors and logs; tokens of one name share their rate limit "
+                   "(default: tenant-<8 random hex digits>, a name of its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the token and its claims as JSON.")
 @PROJECT_OPTION
 @ENV_OPTION
-def create(pipes: tuple[str, ...], fixed: tuple[str, ...], expires_in: str, rps: int | None, name: str,
+def create(pipes: tuple[str, ...], fixed: tuple[str, ...], expires_in: str, rps: int | None, name: str | None,
            as_json: bool, project_dir: str, env: str | None) -> None:
     """Mint a token that may read only PIPEs, with fixed parameters, an expiry and a rate limit.
 
@@ -57,9 +59,10 @@ def create(pipes: tuple[str, ...], fixed: tuple[str, ...], expires_in: str, rps:
     def body() -> int:
         params = {k: json_scalar(v) for k, v in parse_params(fixed, "--fixed-param").items()}
         seconds = duration(expires_in)
-        minted = load_project(project_dir, env).create_token(list(pipes), params, seconds, rps, name)
+        named = name or f"tenant-{secrets.token_hex(4)}"
+        minted = load_project(project_dir, env).create_token(list(pipes), params, seconds, rps, named)
         if as_json:
-            click.echo(json.dumps({"token": minted, "name": name, "pipes": list(pipes), "fixed_params": params,
+            click.echo(json.dumps({"token": minted, "name": named, "pipes": list(pipes), "fixed_params": params,
                                    "expires_in": seconds, "rps": rps}))
         else:
             click.echo(minted)

@@ -179,7 +179,11 @@ class GroupCommitter:
         now = time.time()
         with self._guard:
             queues = list(self._queues.values())
-        return {q.name: q.stats.to_json(now) for q in sorted(queues, key=lambda q: q.name)}
+        found = {}
+        for queue in sorted(queues, key=lambda q: q.name):
+            with queue.cond:  # the commit thread appends to the rate window under it: never iterated meanwhile
+                found[queue.name] = queue.stats.to_json(now)
+        return found
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per datasource, the counters and buffer depth of `stats` without its rates (`IngestStats.counts`)."""

@@ -34,25 +34,33 @@ def token_of(request: Request) -> str | None:
 
 
 def authenticate(tokens: Mapping[str, str], secret: str | None, signed: Signed | None = None) -> Caller:
-    """Who sends `secret`: the name of the static token whose secret it is, or the signed token it is (checked
-    against `signed`'s key and counted against its rate limit); None when no tokens are configured and the request
-    carries no signed token (everything is open)."""
-    if secret and signed is not None and signed.key and looks_signed(secret):
-        return signed.check(secret)
-    if not tokens:
+    """Who sends `secret`: the name of the static token whose secret it is (static secrets first, each compared in
+    constant time, so one shaped like a JWT still works), else the signed token it is (checked against `signed`'s
+    key and counted against its rate limit). None only when the server has neither static tokens nor a signing
+    key (everything is open): with a signing key alone, a request without a valid token is refused, or a tenant
+    would read every tenant's rows by leaving its token out."""
+    if not enforced(tokens, signed.key if signed is not None else None):
         return None
     if not secret:
         raise PipeframeError("PF811", "This server needs a token.",
                              "Send `Authorization: Bearer <token>` or `?token=<token>` with a secret from "
-                             "pipeframe.yaml `tokens:`.", http_status=401)
+                             "pipeframe.yaml `tokens:` or a signed token.", http_status=401)
     found = None
     for name, known in tokens.items():  # every secret is compared, in constant time
         if hmac.compare_digest(known.encode(), secret.encode()):
             found = name
-    if found is None:
-        raise PipeframeError("PF812", "The token is not valid.",
-                             "Use a secret listed in pipeframe.yaml `tokens:`.", http_status=401)
-    return found
+    if found is not None:
+        return found
+    if signed is not None and signed.key and looks_signed(secret):
+        return signed.check(secret)
+    raise PipeframeError("PF812", "The token is not valid.",
+                         "Use a secret listed in pipeframe.yaml `tokens:`, or a token signed with the server's "
+                         "signing key.", http_status=401)
+
+
+def enforced(tokens: Mapping[str, str], signing_key: str | None) -> bool:
+    """Whether the server asks every request for a token: it has static tokens or a signing key."""
+    return bool(tokens) or bool(signing_key)
 
 
 class Signed:

@@ -123,7 +123,7 @@ class Service:
     # -------------------------------------------------------------------------------------- tokens
     @property
     def tokens_enforced(self) -> bool:
-        return bool(self.project.config.tokens)
+        return auth.enforced(self.project.config.tokens, self.project.config.signing_key)
 
     def authenticate(self, secret: str | None) -> auth.Caller:
         """The name of the token whose secret this is, or the signed token it is (within its rate limit); None when
@@ -147,7 +147,14 @@ class Service:
         the state deployed now, then answered as a retryable 503. A signed token's fixed parameters replace what
         the request sent under those names."""
         if isinstance(caller, TenantToken):
-            params = {**params, **{name: query_value(v) for name, v in caller.fixed_params(pipe).items()}}
+            fixed = caller.fixed_params(pipe)
+            declared = self.current.endpoints.compiled.pipes.get(pipe)
+            unknown = sorted(set(fixed) - {p.name for p in declared.parameters}) if declared is not None else []
+            if unknown:  # it would pin nothing, and the request's own value would be read
+                raise PipeframeError("PF831", f"The signed token fixes {', '.join(map(repr, unknown))}, which "
+                                     f"pipe `{pipe}` does not take.", "Mint a new token with the pipe's parameter "
+                                     "names (`pipeframe token create --fixed-param NAME=VALUE`).", http_status=403)
+            params = {**params, **{name: query_value(v) for name, v in fixed.items()}}
         missing = ""
         for _attempt in range(2):
             current = self.current

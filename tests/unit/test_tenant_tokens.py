@@ -4,6 +4,8 @@ and turn fixed parameters into the values a query string would carry. (Served: t
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import jwt
@@ -28,7 +30,9 @@ def shop(tmp_path: Path) -> Path:
         "pipeframe.yaml": "name: shop\n",
         "datasources/orders.datasource": "SCHEMA >\n    `org_id` INT,\n    `item` STRING\n",
         "pipes/org_orders.pipe": "NODE endpoint\nSQL >\n    %\n    SELECT item FROM orders\n"
-                                 "    WHERE org_id = {{ Int(org_id, required=True) }}\nTYPE endpoint\n",
+                                 "    WHERE org_id = {{ Int(org_id, required=True) }}\n"
+                                 "    {% if defined(region) %} AND region = {{ String(region) }} {% end %}\n"
+                                 "TYPE endpoint\n",
     })
 
 
@@ -55,6 +59,11 @@ def test_token_create_mints_a_tinybird_shaped_jwt(shop: Path) -> None:
     (["--pipe", "org_orders", "--expires-in", "soon"], {"PIPEFRAME_SIGNING_KEY": KEY}, "PF834"),
     (["--pipe", "org_orders", "--rps", "0"], {"PIPEFRAME_SIGNING_KEY": KEY}, "PF834"),
     (["--pipe", "org_orders", "--fixed-param", "org_id"], {"PIPEFRAME_SIGNING_KEY": KEY}, "PF805"),
+    # A name the pipe does not take (a typo, another case) or no value would pin nothing: the tenant's own wins.
+    (["--pipe", "org_orders", "--fixed-param", "orgid=42"], {"PIPEFRAME_SIGNING_KEY": KEY}, "PF834"),
+    (["--pipe", "org_orders", "--fixed-param", "ORG_ID=42"], {"PIPEFRAME_SIGNING_KEY": KEY}, "PF834"),
+    (["--pipe", "org_orders", "--fixed-param", "org_id="], {"PIPEFRAME_SIGNING_KEY": KEY}, "PF834"),
+    (["--pipe", "org_orders"], {"PIPEFRAME_SIGNING_KEY": "short-key"}, "PF834"),
 ])
 def test_token_create_refuses_what_it_cannot_sign(shop: Path, args: list[str], env: dict, code: str) -> None:
     result = CliRunner().invoke(main, ["token", "create", *args, "-p", str(shop)],
@@ -107,10 +116,31 @@ def test_static_tokens_and_signed_tokens_side_by_side() -> None:
     token = mint(KEY, "shop", "acme", SCOPES, 60)
     assert authenticate(static, "r-secret", signed) == "reader"
     assert isinstance(authenticate(static, token, signed), TenantToken)
-    assert isinstance(authenticate({}, token, signed), TenantToken)  # an open server still pins its parameters
-    assert authenticate({}, None, signed) is None
+    assert isinstance(authenticate({}, token, signed), TenantToken)  # a signing key alone: tenants only
+    for missing in (None, "", "not-a-jwt"):  # leaving the token out must not read every tenant's rows
+        with pytest.raises(PipeframeError, match="PF811" if not missing else "PF812"):
+            authenticate({}, missing, signed)
+    assert authenticate({}, None, Signed(None, "shop")) is None  # neither tokens nor a key: open
+    shaped = "eyJstatic.secret.value"  # a static secret shaped like a JWT is still that static token
+    assert authenticate({"svc": shaped}, shaped, signed) == "svc"
     with pytest.raises(PipeframeError, match="PF812"):  # without a signing key a JWT is just an unknown secret
         authenticate(static, token, Signed(None, "shop"))
+
+
+def test_a_token_fixing_nothing_a_bad_claim_or_a_skewed_clock_is_handled() -> None:
+    for blank in ("", None, []):
+        forged_by_another_library = jwt.encode({"workspace_id": "shop", "name": "acme", "exp": 2**31, "scopes": [
+            {"type": "PIPES:READ", "resource": "org_orders", "fixed_params": {"org_id": blank}}]}, KEY)
+        with pytest.raises(PipeframeError, match="PF831"):
+            verify(KEY, "shop", forged_by_another_library)
+    def signed_raw(claims: dict) -> str:  # as another JWT library may sign them, claim types unchecked
+        return jwt.PyJWS().encode(json.dumps(claims).encode(), KEY, algorithm="HS256")
+
+    for bad in ({"exp": "soon"}, {"exp": [1]}, {"iat": "now"}, {"scopes": "org_orders"}):
+        with pytest.raises(PipeframeError, match="PF831"):  # a claim of another type: 403, not a 500
+            verify(KEY, "shop", signed_raw({"workspace_id": "shop", "name": "a", "exp": 2**31, "scopes": [], **bad}))
+    ahead = mint(KEY, "shop", "acme", SCOPES, 60, now=time.time() + 10)  # minted on a clock 10 s ahead
+    assert verify(KEY, "shop", ahead).name == "acme"
 
 
 def test_fixed_params_are_sent_as_a_query_string_carries_them() -> None:
