@@ -261,12 +261,14 @@ def run_kafka_sink(project: Project, name: str, params: Mapping[str, Any] | None
     stamp, marker = int(at.timestamp()), TopicPartition(topic, 0)
     consumer = producer = None
     try:
-        consumer = Consumer({**config, "enable.auto.commit": False})
+        producer = Producer({**{k: v for k, v in config.items() if k != "group.id"}, "transactional.id": group})
+        # Fences a crashed run's producer and aborts its open transaction, and waits for one being committed to
+        # finish: only then does the group's committed offset say which runs are in (read after, not before).
+        producer.init_transactions(30)
+        consumer = Consumer({**config, "enable.auto.commit": False, "isolation.level": "read_committed"})
         last = consumer.committed([marker], timeout=30)[0]
         if last.offset >= stamp:
             return SinkResult(name, at, (), time.perf_counter() - start, skipped=True)
-        producer = Producer({**{k: v for k, v in config.items() if k != "group.id"}, "transactional.id": group})
-        producer.init_transactions(30)  # fences a crashed run's producer and aborts its open transaction
         producer.begin_transaction()
         sent = 0
         for message in json_rows(table):
