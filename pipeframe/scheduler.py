@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pipeframe.errors import PipeframeError
+from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
     from pipeframe.project import Project
@@ -79,6 +80,11 @@ class CronScheduler:
                     outcome = self.run(self.current(), name, at)
                 except PipeframeError as err:
                     outcome = err
+                except Exception as err:  # one pipe's failure must not cost the others their run
+                    log.exception("Scheduled run of %s failed", name)
+                    outcome = PipeframeError("PF999", f"The scheduled run of `{name}` at {at.isoformat()} failed: "
+                                             f"{first_line(err)}", "The server's log has the details; the next "
+                                             "scheduled time runs it again.")
             self.on_run(name, outcome)
         return [name for name, _ in ran]
 

@@ -87,10 +87,21 @@ class FileTemplate:
             elif piece.count is not None:
                 out.append(str(part))
             elif piece.name in values:
-                out.append(_shown(values[piece.name], piece.format))
+                out.append(key_safe(_shown(values[piece.name], piece.format)))
             else:  # run_time (check refuses any other name)
                 out.append(run_time.strftime(piece.format or DEFAULT_STAMP))
         return "".join(out)
+
+
+UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
+def key_safe(value: str) -> str:
+    """A column's value as a piece of an object key: letters, digits and `._=+-` kept, anything else (a `/` that
+    would make a folder, a control character) as `_`, and no `..` or empty piece, so a file stays under the prefix
+    even for tools that read keys as paths."""
+    safe = UNSAFE.sub("_", value).replace("..", "__")
+    return safe or "_"
 
 
 class TemplateError(ValueError):

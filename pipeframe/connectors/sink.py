@@ -22,7 +22,7 @@ import gzip
 import io
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +61,8 @@ class SinkSettings:
     strategy: str  # new | truncate
     schedule: str  # a cron or @on-demand
     region: str
-    access_key: str | None
-    secret: str | None
+    access_key: str | None = field(repr=False)
+    secret: str | None = field(repr=False)
     endpoint: str | None
 
 
@@ -200,16 +200,19 @@ def planned(settings: SinkSettings, table: pa.Table, at: datetime) -> list[tuple
         raise PipeframeError("PF116", f"EXPORT_FILE_TEMPLATE of sink `{settings.pipe}` names {', '.join(unknown)}, "
                              "which the pipe's result has no column of.",
                              f"Its columns: {', '.join(table.column_names)}; or `{{run_time}}`, the run's time.")
-    groups: dict[tuple, list[int]] = {}
+    # Rows are grouped by the name they render to, not by their raw values: `{ts, '%Y-%m-%d'}` puts a day's rows in
+    # one file (grouped by the raw timestamps, each would overwrite the one before under the same key).
+    groups: dict[str, tuple[tuple, list[int]]] = {}
     if columns:
         keys = zip(*(table.column(c).to_pylist() for c in columns), strict=True)
         for index, values in enumerate(keys):
-            groups.setdefault(values, []).append(index)
+            named = template.render(dict(zip(columns, values, strict=True)), 0, at)
+            groups.setdefault(named, (values, []))[1].append(index)
     else:
-        groups[()] = list(range(table.num_rows))
+        groups[""] = ((), list(range(table.num_rows)))
     stamped = settings.strategy == "new" and not template.uses_run_time(table.column_names)
     found = []
-    for values, indices in groups.items():
+    for values, indices in groups.values():
         count = template.files
         for part in range(count):
             chunk = indices[part * len(indices) // count:(part + 1) * len(indices) // count]
@@ -223,10 +226,16 @@ def planned(settings: SinkSettings, table: pa.Table, at: datetime) -> list[tuple
 def file_name(rendered: str, settings: SinkSettings, stamp: datetime | None) -> str:
     """The template's name with the run's time (strategy `new`) and the format's extension, `.gz` when compressed."""
     extension = EXTENSIONS[settings.format]
-    base = rendered.removesuffix(extension)
+    base = rendered.removesuffix(".gz").removesuffix(extension)
     if stamp is not None:
         base += f"_{stamp:{DEFAULT_STAMP}}"
     return base + extension + (".gz" if settings.compression == "gzip" and settings.format != "parquet" else "")
+
+
+def pa_nested(kind: pa.DataType) -> bool:
+    import pyarrow.types as pt
+
+    return pt.is_nested(kind)
 
 
 def encoded(rows: pa.Table, settings: SinkSettings) -> bytes:
@@ -239,6 +248,11 @@ def encoded(rows: pa.Table, settings: SinkSettings) -> bytes:
         pq.write_table(rows, out, compression="gzip" if settings.compression == "gzip" else "none")
         return out.getvalue()
     if settings.format == "csv":
+        nested = [f.name for f in rows.schema if pa_nested(f.type)]
+        if nested:
+            raise PipeframeError("PF116", f"Sink `{settings.pipe}` exports CSV, which has no way to write "
+                                 f"{', '.join(nested)} (arrays, maps or tuples).",
+                                 "Export ndjson or parquet, or turn the columns into strings in the pipe.")
         csv.write_csv(rows, out)
         data = out.getvalue()
     else:
@@ -306,7 +320,7 @@ def json_rows(rows: pa.Table) -> list[bytes]:
 
 
 class SinkScheduler(CronScheduler):
-    """Runs each S3 sink pipe at its EXPORT_SCHEDULE cron times (UTC) while the server runs; a run is named by its
+    """Runs each sink pipe (S3 or Kafka) at its EXPORT_SCHEDULE cron times (UTC) while the server runs; a run is named by its
     scheduled time."""
 
     what = "sink"

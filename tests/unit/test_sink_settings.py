@@ -153,3 +153,26 @@ def test_sink_run_refuses_before_spark_starts(tmp_path):
 def test_templates_that_do_not_parse(template):
     with pytest.raises(ValueError):
         file_template(template)
+
+
+def test_rows_whose_values_format_alike_share_one_file_and_values_stay_inside_the_prefix(tmp_path):
+    """`{day, '%Y%m%d'}` over timestamps: the rows of one day are one file (grouped by the raw timestamps, each
+    would overwrite the one before under the same key, keeping one row); a value's `/` or `..` never leaves the
+    prefix."""
+    from pipeframe.connectors.export import key_safe
+
+    settings = sink_settings(project_of(tmp_path), "export_sales")
+    at = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
+    hours = [datetime(2024, 6, 1, h, tzinfo=UTC) for h in (1, 2, 23)] + [datetime(2024, 6, 2, 0, tzinfo=UTC)]
+    rows = pa.table({"day": hours, "product": ["a", "b", "c", "d"], "revenue": [1.0, 2.0, 3.0, 4.0]})
+    assert [(key, t.column("product").to_pylist()) for key, t in planned(settings, rows, at)] == [
+        ("sales/sales_20240601_20240603010000.ndjson.gz", ["a", "b", "c"]),
+        ("sales/sales_20240602_20240603010000.ndjson.gz", ["d"])]
+    by_product = sink_settings(project_of(tmp_path, SINK.replace("{day, '%Y%m%d'}", "{product}")), "export_sales")
+    odd = pa.table({"day": [date(2024, 6, 1)] * 4, "product": ["../../etc/x", "a/b", "", "ok-1.5"],
+                    "revenue": [1.0, 2.0, 3.0, 4.0]})
+    keys = [key for key, _ in planned(by_product, odd, at)]
+    assert keys == ["sales/sales_______etc_x_20240603010000.ndjson.gz", "sales/sales_a_b_20240603010000.ndjson.gz",
+                    "sales/sales___20240603010000.ndjson.gz", "sales/sales_ok-1.5_20240603010000.ndjson.gz"]
+    assert all(key.startswith("sales/") and key.count("/") == 1 and ".." not in key for key in keys)
+    assert [key_safe(v) for v in ("..", ".", "x\ny", "é")] == ["__", ".", "x_y", "_"]
