@@ -146,8 +146,19 @@ def test_serve_answers_requests_in_flight_with_their_real_outcome(project):
         counted(2, buffered=True)
         start = time.monotonic()
         process.send_signal(signal.SIGINT)
-        # A request arriving now: refused with 503 PF819 and Retry-After while the server stops, or not connected once
-        # it closed its socket; never anything else.
+
+        def stopping() -> bool:  # the signal is handled on the server's main thread, a moment after it is sent
+            try:
+                return httpx.get(f"{url}/v0/ingest", timeout=60).status_code == 503
+            except httpx.TransportError:
+                return True
+
+        deadline = time.monotonic() + WAIT_S
+        while not stopping():
+            assert time.monotonic() < deadline, "the server never began to stop"
+            time.sleep(0.05)  # polling an observable answer, not settling a race
+        # A request arriving once it stops: refused with 503 PF819 and Retry-After while the server stops, or not
+        # connected once it closed its socket; never anything else.
         try:
             late = httpx.post(f"{url}/v0/events", params={"name": "events"}, content=events(1, -1), timeout=WAIT_S)
             assert late.status_code == 503 and late.json()["code"] == "PF819" and late.headers["Retry-After"], late.text
