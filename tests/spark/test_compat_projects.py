@@ -235,17 +235,21 @@ PATHS = ("/api/users", "/api/orders", "/api/orders/items", "/health", "", "/api/
 
 def log_rows(rng: random.Random, now: datetime, days: list[datetime]) -> list[dict]:
     """Requests over three whole days (some exactly at midnight, where a date range ends) and over the next 15
-    minutes (so that `minute == toStartOfMinute(now())` finds rows whenever the endpoint runs)."""
+    minutes (so that `minute == toStartOfMinute(now())` finds rows, and an IP above the average, whenever the
+    endpoint runs)."""
     stamps = [day + timedelta(seconds=rng.randrange(86_400), milliseconds=rng.randrange(1000))
               for day in days for _ in range(110)]
     stamps += [day + timedelta(seconds=rng.randrange(60)) for day in days for _ in range(4)]
     stamps += [now + timedelta(seconds=rng.randrange(15 * 60)) for _ in range(150)]
+    # and one IP busier than the average in each of those minutes, whatever the others drew
+    busy = [now.replace(second=0) + timedelta(minutes=m, seconds=rng.randrange(60)) for m in range(16) for _ in range(5)]
     rows = []
-    for ts in stamps:
+    for n, ts in enumerate(stamps + busy):
         row = dict.fromkeys(LOG_COLUMNS, "")
         path = rng.choice(PATHS)
+        ip = "10.0.0.9" if n >= len(stamps) else f"10.0.0.{rng.randint(1, 6)}"
         row.update(event_ts=ts.isoformat(sep=" ", timespec="milliseconds"), isbot=rng.randint(0, 1),
-                   ip_address=f"10.0.0.{rng.randint(1, 6)}", log_level=rng.choice(["INFO", "INFO", "WARN", "ERROR"]),
+                   ip_address=ip, log_level=rng.choice(["INFO", "INFO", "WARN", "ERROR"]),
                    url=f"https://api.example.com{path}" + (f"?id={rng.randrange(100)}" if rng.random() < 0.5 else ""),
                    osname=rng.choice(["Linux", "Mac OS", "Windows"]), browsername=rng.choice(["Chrome", "Firefox"]),
                    method=rng.choice(["GET", "POST"]))
