@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from pipeframe.project import Project
 
 if TYPE_CHECKING:
     from pipeframe.engine.session import SparkSession
+    from pipeframe.errors import Diagnostic
     from pipeframe.plan.diff import Plan
     from pipeframe.server import Service
 
@@ -41,6 +43,20 @@ class Build:
     ok: bool
     changes: int
     elapsed: float
+
+
+@dataclass(frozen=True)
+class LastCompile:
+    """The last compile of the files and what it reported (`GET /v0/dev/diagnostics`, the console's dev panel)."""
+
+    at: datetime
+    diagnostics: tuple[Diagnostic, ...]
+
+    def to_json(self) -> dict:
+        errors = sum(d.is_error for d in self.diagnostics)
+        return {"compiled_at": self.at.isoformat(timespec="seconds"), "ok": not errors, "errors": errors,
+                "warnings": sum(d.severity == "warning" for d in self.diagnostics),
+                "diagnostics": [d.to_json() for d in self.diagnostics]}
 
 
 class DevLoop:
@@ -68,6 +84,7 @@ class DevLoop:
         self._waiting_lock = threading.Lock()
         self._deploy_due = threading.Event()
         self._deploying = False
+        self.last_compile: LastCompile | None = None
 
     # ------------------------------------------------------------------------------- building
     def initial_build(self) -> Build:
@@ -96,6 +113,7 @@ class DevLoop:
         """The project as the files are now (one compile, sharing the warehouse snapshot), or None on errors."""
         project = self.project.reload()
         report = project.check()
+        self.last_compile = LastCompile(datetime.now(UTC), tuple(report.diagnostics))
         for diagnostic in report.diagnostics:
             self.echo(diagnostic.format())
         if report.ok:
@@ -272,7 +290,8 @@ class DevLoop:
         build = self.initial_build()
         if not build.ok:
             self.echo("Fix the errors above and save: the project is built again on every save.")
-        self.service = Service(self.project, jobs=[CopyScheduler(), SinkScheduler()])
+        self.service = Service(self.project, jobs=[CopyScheduler(), SinkScheduler()],
+                               last_compile=lambda: self.last_compile)
         server = start_server(self.service, host, port)
         self.echo(self.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
                               "(Ctrl-C to stop)", bold=True))

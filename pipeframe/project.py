@@ -733,6 +733,17 @@ class Project:
         answer = collect_query(self.query(sql).limit(limit), self.readable_names())
         return answer_result("query", answer, time.perf_counter() - started, reason)
 
+    def quarantine(self, datasource: str, limit: int = 100) -> EndpointResult:
+        """The newest rows that did not fit the landing datasource `datasource` (its `<datasource>_quarantine`: the
+        raw row, the reason, its source and when), newest first, at most `limit`; read as `read` reads. No rows (and
+        no columns) while none was ever quarantined."""
+        from pipeframe.endpoints import EndpointResult
+
+        self._known_landing(datasource)
+        if not self.reader.has_quarantine(datasource):
+            return EndpointResult(f"{datasource}_quarantine", (), [], 0.0, 0, 0, "duckdb")
+        return self.read(f"SELECT * FROM `{datasource}_quarantine` ORDER BY ingested_at DESC", limit)
+
     def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
         """The names ad-hoc SQL can read: every deployed table (datasources and views)."""
         deployed = self.snapshot if deployed is None else deployed

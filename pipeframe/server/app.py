@@ -19,9 +19,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import HideTokens
+from pipeframe.server.console import add_console
 from pipeframe.server.errors import add_error_handlers, error_response
 from pipeframe.server.openapi import add_docs_routes
-from pipeframe.server.routes import add_event_routes, add_metrics_route, add_pipe_routes, add_view_routes
+from pipeframe.server.routes import (
+    add_event_routes,
+    add_metrics_route,
+    add_pipe_routes,
+    add_project_routes,
+    add_view_routes,
+)
 from pipeframe.server.service import Service
 
 log = logging.getLogger("pipeframe.server")
@@ -42,7 +49,9 @@ def create_app(service: Service) -> FastAPI:
     add_event_routes(app, service)
     add_view_routes(app, service)
     add_metrics_route(app, service)
+    add_project_routes(app, service)
     add_docs_routes(app, service)
+    add_console(app)
     return app
 
 

@@ -136,6 +136,44 @@ def add_metrics_route(app: FastAPI, service: Service) -> None:
         return Response(service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
+def add_project_routes(app: FastAPI, service: Service) -> None:
+    """What the web console reads besides the other routes (the admin token): the project's graph, a datasource's
+    quarantined rows and, under `pipeframe dev`, the last compile's diagnostics."""
+    from pipeframe.compiler.diagram import diagram
+
+    @app.get("/v0/graph", summary="The project's graph", tags=["operations"])
+    def graph(request: Request) -> dict:
+        """Every datasource, view target and pipe (`kind`: datasource, view target, materialized, endpoint, copy or
+        pipe), dependencies first, and every edge in the direction data flows, with what it means (`relation`):
+        `triggers` (new rows of the source are applied by the materialized pipe), `lookup` (a dimension it joins),
+        `writes` (a materialized pipe into its target), `copies` (a copy pipe into its target) or `reads`."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        return diagram(service.project.compiled).to_json()
+
+    @app.get("/v0/datasources/{name}/quarantine", summary="A datasource's quarantined rows", tags=["events"])
+    def quarantine(name: str, request: Request,
+                   limit: int = Query(100, ge=1, le=10_000, description="At most this many rows, newest first")
+                   ) -> Response:
+        """The rows that did not fit the datasource's schema (`<name>_quarantine`): the raw row, the reason, where it
+        came from and when, newest first; answered as an endpoint is (`meta`, `data`, `rows`, `statistics`)."""
+        auth.require_admin(service.authenticate(auth.token_of(request)))
+        project = service.project
+        return JSONResponse(hide_paths(finite(project.quarantine(name, limit).to_json()), project))
+
+    if service.last_compile is not None:
+        last_compile = service.last_compile
+
+        @app.get("/v0/dev/diagnostics", summary="The last compile's diagnostics (pipeframe dev)", tags=["operations"])
+        def diagnostics(request: Request) -> dict:
+            """When the files were last compiled and every error and warning it reported, each with its file, line,
+            column, code, message and fix. Only `pipeframe dev` serves this route."""
+            auth.require_admin(service.authenticate(auth.token_of(request)))
+            report = last_compile()
+            if report is None:
+                return {"compiled_at": None, "ok": True, "errors": 0, "warnings": 0, "diagnostics": []}
+            return hide_paths(report.to_json(), service.project)
+
+
 def view_problems(refreshed: Iterable[ViewRefresh]) -> list[dict]:
     """The views a write left behind (in error, or stale), each with its message and the route that fixes it."""
     return [{"view": r.view, "status": r.outcome, "message": r.message, "fix": f"POST /v0/views/{r.view}/recover"}

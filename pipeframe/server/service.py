@@ -8,10 +8,10 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeframe.compiler.graph import ResourceKey
 from pipeframe.engine.conflicts import local_folder
@@ -44,6 +44,12 @@ VANISHED = ("DELTA_TABLE_NOT_FOUND", "DELTA_PATH_DOES_NOT_EXIST", "PATH_NOT_FOUN
 TABLE_PATH = re.compile(r"/tables/([^/\s]+)/v\d+")  # Warehouse.table_path: which resource a path belongs to
 
 
+class CompileReport(Protocol):
+    """The dev loop's last compile (`pipeframe.dev.LastCompile`), as `GET /v0/dev/diagnostics` answers it."""
+
+    def to_json(self) -> dict: ...
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One compiled + deployed project and its endpoints; a request uses one snapshot from start to end."""
@@ -56,7 +62,8 @@ class Service:
     """What the server serves: the current Project (swapped by `reload` after each deploy of the dev loop), its
     Endpoints, the token rules, and a lock that serializes writes (events, pause/resume, delete) and reloads."""
 
-    def __init__(self, project: Project, jobs: Iterable[BackgroundJob] = ()) -> None:
+    def __init__(self, project: Project, jobs: Iterable[BackgroundJob] = (),
+                 last_compile: Callable[[], CompileReport | None] | None = None) -> None:
         self.lock = threading.RLock()
         self.stopping = threading.Event()  # set on SIGINT/SIGTERM: new API requests are refused (503 PF819)
         # The process's runtime (pipeframe/runtime.py) works for the project served: views follow their sources in
@@ -69,6 +76,8 @@ class Service:
         self._seen = -1  # the state store's version the current snapshot was read at
         self._checked = 0.0
         self._local = local_folder(project.config.warehouse_uri) is not None
+        # Under `pipeframe dev`: the last compile of the files and its diagnostics (None: not a dev server).
+        self.last_compile = last_compile
         self.limiter = RateLimiter()  # signed tokens' `limits.rps`, per token name, for the server's lifetime
         self.reload(project)
         self.metrics = Metrics(self.runtime, lambda: self.current.endpoints)  # GET /metrics: this server's registry

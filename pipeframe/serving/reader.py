@@ -135,6 +135,13 @@ class Reader:
         finally:
             cursor.close()
 
+    def has_quarantine(self, datasource: str) -> bool:
+        """Whether rows that did not fit `datasource` were ever kept (its `<datasource>_quarantine` table exists)."""
+        return self.snapshots.version(self._quarantine_path(datasource)) >= 0
+
+    def _quarantine_path(self, datasource: str) -> str:
+        return f"{self.uri}/quarantine/{datasource}"  # as the engine's Warehouse.quarantine_path
+
     def figures(self, path: str) -> tuple[int, int, int]:
         """(data files, their bytes, rows) of the table at `path` now, from its log (its rows are not read)."""
         return self.snapshots.figures(path)
@@ -300,7 +307,7 @@ class Reader:
                 return state, (resource.path,)
         for resource in tables:
             if resource.state.kind == "datasource" and name.lower() == f"{resource.state.name}_quarantine".lower():
-                return quarantine_state(resource.state.name), (f"{self.uri}/quarantine/{resource.state.name}",)
+                return quarantine_state(resource.state.name), (self._quarantine_path(resource.state.name),)
         raise UnknownTable(name, sorted(readable) if readable is not None else sorted(r.state.name for r in tables))
 
     def _functions(self, sql: str) -> None:
