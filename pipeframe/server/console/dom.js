@@ -34,8 +34,9 @@ export function errorNote(err) {
     err.hint ? h("div", { class: "hint" }, err.hint) : null);
 }
 
+// Replace what `container` shows with `children` (nodes, or arrays of nodes; null is skipped).
 export function fill(container, ...children) {
-  container.replaceChildren(...children);
+  container.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
 }
 
 // 1234567 → "1,234,567"; a rate with one decimal.

@@ -8,7 +8,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 176, NODE_H = 46, GAP_X = 84, GAP_Y = 22, PAD = 24;
 
 export const KINDS = {
-  "datasource": "landing datasource",
+  "datasource": "datasource",
   "view target": "view (target datasource)",
   "materialized": "materialized pipe",
   "endpoint": "endpoint",
