@@ -583,6 +583,50 @@ def test_docs_load_swagger_ui_from_this_server(http):
     assert_error(http.get("/redoc"), 404, "PF814")
 
 
+# ------------------------------------------------------------------------------------- the web console
+def test_graph_lists_every_resource_and_what_triggers_what(http, project):
+    graph = http.get("/v0/graph", headers=ADMIN)
+    assert graph.status_code == 200, graph.text
+    nodes = {n["id"]: n["kind"] for n in graph.json()["nodes"]}
+    files = Project(project.root, spark=project.spark, environ={}).compiled  # with `recent`, deployed elsewhere
+    assert list(nodes) == [str(key) for key in files.order]  # dependencies first
+    assert {k: nodes[k] for k in ("datasource:events", "pipe:hourly", "datasource:hourly", "pipe:daily",
+                                  "datasource:daily", "pipe:top", "pipe:recent")} == {
+        "datasource:events": "datasource", "pipe:hourly": "materialized", "datasource:hourly": "view target",
+        "pipe:daily": "materialized", "datasource:daily": "view target", "pipe:top": "endpoint",
+        "pipe:recent": "endpoint"}
+    edges = {(e["from"], e["to"]): e["relation"] for e in graph.json()["edges"]}
+    assert len(edges) == len(files.edges)
+    assert {pair: edges[pair] for pair in [("datasource:events", "pipe:hourly"), ("pipe:hourly", "datasource:hourly"),
+                                           ("datasource:hourly", "pipe:daily"), ("datasource:hourly", "pipe:top"),
+                                           ("datasource:orders", "pipe:org_orders")]} == {
+        ("datasource:events", "pipe:hourly"): "triggers", ("pipe:hourly", "datasource:hourly"): "writes",
+        ("datasource:hourly", "pipe:daily"): "triggers", ("datasource:hourly", "pipe:top"): "reads",
+        ("datasource:orders", "pipe:org_orders"): "reads"}
+    assert_error(http.get("/v0/graph", headers=READER), 403, "PF813")
+    assert_error(http.get("/v0/graph"), 401, "PF811")
+
+
+def test_the_console_is_served_from_the_package_without_a_token(http):
+    moved = http.get("/ui", follow_redirects=False)
+    assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/ui/")
+    page = http.get("/ui/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="app.js">' in page.text and "http" not in page.text.split("<body>")[1]
+    scripts, seen = ["app.js"], set()
+    while scripts:  # every module the console imports is shipped, and none comes from elsewhere
+        name = scripts.pop()
+        seen.add(name)
+        script = http.get(f"/ui/{name}")
+        assert script.status_code == 200 and "javascript" in script.headers["content-type"], name
+        assert "//cdn" not in script.text and "https://" not in script.text, name
+        scripts += [m for m in re.findall(r'from "\./([a-z]+\.js)"', script.text) if m not in seen]
+    assert {"app.js", "api.js", "graph.js", "views.js", "playground.js", "quarantine.js"} <= seen
+    assert http.get("/ui/app.css").status_code == 200
+    assert_error(http.get("/ui/nope.js"), 404, "PF814")
+    assert_error(http.get("/v0/dev/diagnostics", headers=ADMIN), 404, "PF814")  # `pipeframe dev` only
+
+
 def test_nan_and_infinity_answer_as_null(http):
     answer = http.get("/v0/pipes/non_finite.json", headers=ADMIN)
     assert answer.status_code == 200, answer.text
@@ -617,6 +661,29 @@ def test_events_land_through_the_views_and_bad_lines_are_quarantined(http, proje
     assert_error(http.post("/v0/events", content=b"{}", headers=INGEST), 400, "PF815", "name")
     assert_error(http.post("/v0/events", params={"name": "events"}, content=b"\n \n", headers=INGEST), 400, "PF815")
     assert revenue_by_product(http) == after
+
+
+def test_quarantined_rows_are_read_newest_first_through_the_read_path(http, project):
+    answer = http.get("/v0/datasources/events/quarantine", headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert [m["name"] for m in body["meta"]] == ["raw", "reason", "source", "ingested_at"]
+    assert body["rows"] == quarantined(project) >= 2 and body["statistics"]["engine"] == "duckdb"
+    newest = body["data"][:2]  # the previous test's two bad lines, landed together
+    assert {r["raw"] for r in newest} == {"{not json", json.dumps({"ts": "not a time", "user": "u9",
+                                                                   "product": "mug", "amount": 1})}
+    assert all(r["reason"] for r in newest)
+    assert body["data"] == sorted(body["data"], key=lambda r: r["ingested_at"], reverse=True)
+    one = http.get("/v0/datasources/events/quarantine", params={"limit": "1"}, headers=ADMIN).json()
+    assert one["rows"] == 1 and one["data"][0]["raw"] in {r["raw"] for r in newest}
+
+    clean = http.get("/v0/datasources/orders/quarantine", headers=ADMIN).json()  # nothing ever quarantined
+    assert (clean["rows"], clean["data"]) == (0, [])
+    assert_error(http.get("/v0/datasources/nope/quarantine", headers=ADMIN), 404, "PF702")
+    assert_error(http.get("/v0/datasources/hourly/quarantine", headers=ADMIN), 400, "PF716")
+    assert_error(http.get("/v0/datasources/events/quarantine", params={"limit": "0"}, headers=ADMIN), 400, "PF815",
+                 "limit")
+    assert_error(http.get("/v0/datasources/events/quarantine", headers=INGEST), 403, "PF813")
 
 
 def test_every_acknowledged_commit_and_a_rebuilds_swap_are_in_the_very_next_answer(http, project):
