@@ -21,7 +21,13 @@ from pipeframe.errors import PipeframeError
 from pipeframe.server.auth import HideTokens
 from pipeframe.server.errors import add_error_handlers, error_response
 from pipeframe.server.openapi import add_docs_routes
-from pipeframe.server.routes import add_event_routes, add_metrics_route, add_pipe_routes, add_view_routes
+from pipeframe.server.routes import (
+    add_event_routes,
+    add_metrics_route,
+    add_pipe_routes,
+    add_service_routes,
+    add_view_routes,
+)
 from pipeframe.server.service import Service
 
 log = logging.getLogger("pipeframe.server")
@@ -41,6 +47,7 @@ def create_app(service: Service) -> FastAPI:
     add_pipe_routes(app, service)
     add_event_routes(app, service)
     add_view_routes(app, service)
+    add_service_routes(app, service)
     add_metrics_route(app, service)
     add_docs_routes(app, service)
     return app
