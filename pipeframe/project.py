@@ -454,9 +454,12 @@ class Project:
             from pipeframe.engine.ingest import ndjson_lines
 
             self._known_landing(name)
-            result = self.committer.append(name, ndjson_lines(data), idempotency_key)
+            result = self.committer.append(name, ndjson_lines(data), idempotency_key)  # logged by the committer
             return self._apply_views(name, result, on_step, views)
-        return self._ingest(name, data, format, "append", None, on_step, key=idempotency_key, views=views)
+        with self._logged("append", datasource=name) as done:
+            result = self._ingest(name, data, format, "append", None, on_step, key=idempotency_key, views=views)
+            done.update(rows=result.accepted, rows_quarantine=result.quarantined)
+        return result
 
     @cached_property
     def runtime(self) -> Runtime:

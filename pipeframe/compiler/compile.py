@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pipeframe.compiler.aggregates import BY_KIND, explicit_column_state, state_type_for
 from pipeframe.compiler.final import NO_OP_ENGINES, Deduplication, deduplication, engine_name, is_replacing
 from pipeframe.compiler.graph import DAG, ResourceKey
-from pipeframe.compiler.service import BY_RELATION, SERVICE_TABLES
+from pipeframe.compiler.service import BY_RELATION, SERVICE_DATABASES, SERVICE_TABLES
 from pipeframe.compiler.viewplan import ParsedNodes, Verdict, ViewColumn, ViewPlan
 from pipeframe.datafiles.model import Datasource, Node, NodeType, Pipe, Resources
 from pipeframe.errors import Diagnostic, DiagnosticSink, Location, PipeframeError
@@ -439,6 +439,8 @@ class Compiler:
                           lambda: tuple(self._scan(pipe)))
 
     def _scan(self, pipe: Pipe) -> Iterator[NodeScan | tuple[Diagnostic, ...]]:
+        from sqlglot import exp
+
         from pipeframe.compiler.clickhouse import json_paths
         from pipeframe.compiler.sql import locate, parse_select, read_versions, table_names
         from pipeframe.templating import analyze
@@ -461,6 +463,14 @@ class Compiler:
                 tree = read_versions(parse_select(analysis.sql, node.sql_location, types_of), self.versions)
             except PipeframeError as err:
                 yield tuple(err.diagnostics)
+                continue
+            unknown = [Diagnostic("PF301", f"Unknown service datasource `{t.db}.{t.name}`.", "pipeframe records "
+                                  f"{' and '.join(s.qualified for s in SERVICE_TABLES)} (also read as "
+                                  f"{' and '.join(a for s in SERVICE_TABLES for a in s.aliases)}); see "
+                                  "docs/operations.md.", locate(t, analysis.sql, node.sql_location))
+                       for t in tree.find_all(exp.Table) if t.db.lower() in SERVICE_DATABASES]
+            if unknown:
+                yield tuple(unknown)
                 continue
             tables = table_names(tree)
             json = frozenset(c for t in tables for c in self.json_columns.get(t.name, ()))

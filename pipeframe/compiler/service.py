@@ -73,6 +73,7 @@ OPS_LOG = ServiceTable(
     "optimize, deploy, delete, truncate, replace; `result` ok or error, with the error's code and message.")
 
 SERVICE_TABLES = (PIPE_STATS, OPS_LOG)
+SERVICE_DATABASES = ("pipeframe", "tinybird")  # a table qualified by one of these is a service datasource or a typo
 EVENT_TYPES = ("append", "refresh", "populate", "rebuild", "optimize", "deploy", "delete", "truncate", "replace")
 _BY_QUALIFIED = {name: t for t in SERVICE_TABLES for name in (t.qualified, *t.aliases)}
 BY_RELATION = {t.relation: t for t in SERVICE_TABLES}

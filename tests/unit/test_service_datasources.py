@@ -56,6 +56,16 @@ def test_a_column_typo_names_the_service_datasource_and_the_column_meant(make_pr
     assert "`pipe_name`" in report.errors[0].hint
 
 
+def test_an_unknown_service_datasource_is_named_with_the_ones_there_are(make_project) -> None:
+    project = make_project({"pipes/bi.pipe": endpoint("SELECT * FROM tinybird.bi_stats"),
+                            "pipes/typo.pipe": endpoint("SELECT * FROM pipeframe.pipe_stat")})
+    report = Project(project).check()
+    found = sorted((d.code, d.message, Path(d.location.path).name) for d in report.errors)
+    assert found == [("PF301", "Unknown service datasource `pipeframe.pipe_stat`.", "typo.pipe"),
+                     ("PF301", "Unknown service datasource `tinybird.bi_stats`.", "bi.pipe")]
+    assert all("pipeframe.pipe_stats and pipeframe.ops_log" in d.hint for d in report.errors)
+
+
 def test_a_materialized_view_may_not_read_a_service_datasource(make_project) -> None:
     found = diagnostics(make_project({"pipes/mv.pipe": endpoint(
         "SELECT pipe_name, count() AS c FROM pipeframe.pipe_stats GROUP BY pipe_name",
