@@ -22,7 +22,8 @@ from pipeframe.errors import Location, PipeframeError
 
 CONFIG_FILE = "pipeframe.yaml"
 STATE_DIR = ".pipeframe"
-KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "signing_key", "retention_hours", "ingest"}
+KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "tokens", "signing_key", "retention_hours", "ingest",
+              "service_log"}
 KNOWN_SPARK_KEYS = {"master", "remote", "conf"}
 
 
@@ -52,6 +53,17 @@ KAFKA_ENGINES = ("consumer", "streaming")
 
 
 @dataclass(frozen=True)
+class ServiceLogSettings:
+    """The service datasources (`service_log:` in pipeframe.yaml): whether requests and operations are recorded into
+    `pipeframe.pipe_stats` and `pipeframe.ops_log`, how often a server writes what it recorded, and how many days of
+    rows are kept."""
+
+    enabled: bool = True
+    flush_ms: int = 2000
+    retention_days: int = 7
+
+
+@dataclass(frozen=True)
 class SparkSettings:
     master: str = "local[*]"
     remote: str | None = None
@@ -75,6 +87,7 @@ class ProjectConfig:
     signing_key: str | None = field(default=None, repr=False)
     retention_hours: float = 168.0  # how long `optimize` keeps files no longer in a table (Delta VACUUM)
     ingest: IngestSettings = field(default_factory=IngestSettings)
+    service_log: ServiceLogSettings = field(default_factory=ServiceLogSettings)
 
     @property
     def warehouse_uri(self) -> str:
@@ -270,7 +283,25 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
         signing_key=str(environ.get("PIPEFRAME_SIGNING_KEY") or data.get("signing_key") or "") or None,
         retention_hours=_retention(data.get("retention_hours"), path),
         ingest=_ingest(data.get("ingest")),
+        service_log=_service_log(data.get("service_log")),
     )
+
+
+def _service_log(value: Any) -> ServiceLogSettings:
+    if value is None:
+        return ServiceLogSettings()
+    known = ServiceLogSettings.__dataclass_fields__
+    example = "Write e.g. `service_log: {enabled: true, flush_ms: 2000, retention_days: 7}`."
+    if not isinstance(value, Mapping) or set(value) - set(known):
+        raise PipeframeError("PF002", "`service_log` must be a mapping of " + ", ".join(known) + ".", example,
+                             Location(CONFIG_FILE))
+    for key, setting in value.items():
+        wanted = bool if key == "enabled" else int
+        if not isinstance(setting, wanted) or (wanted is int and (isinstance(setting, bool) or setting <= 0)):
+            kind = "true or false" if wanted is bool else "a positive whole number"
+            raise PipeframeError("PF002", f"`service_log.{key}` must be {kind}, not `{setting}`.", example,
+                                 Location(CONFIG_FILE))
+    return ServiceLogSettings(**value)
 
 
 def _ingest(value: Any) -> IngestSettings:

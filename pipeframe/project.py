@@ -6,7 +6,10 @@ A Project is a folder of datafiles plus its settings for one environment; compil
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -404,7 +407,26 @@ class Project:
         plan = self.plan(allow_destructive) if plan is None else plan
         if not plan.has_changes and not plan.refused:
             return DeployResult("", 0, plan)
-        return Deployer(self.spark, self.warehouse, on_step).apply(plan, git_commit(self.root))
+        with self._logged("deploy"):
+            result = Deployer(self.spark, self.warehouse, on_step).apply(plan, git_commit(self.root))
+        self.runtime.service_log.ensure()  # pipes may read pipeframe.pipe_stats and pipeframe.ops_log at once
+        return result
+
+    @contextmanager
+    def _logged(self, event: str, datasource: str = "", pipe: str = "") -> Iterator[dict[str, Any]]:
+        """An operation, into `pipeframe.ops_log` as it ends: with the error it raised, or with what the body put in
+        the dict it is given (`rows`, `rows_quarantine`, `strategy`)."""
+        started, done = time.perf_counter(), {}
+        try:
+            yield done
+        except Exception as exc:
+            session = sys.modules.get("pipeframe.engine.session")
+            if session is not None and session.started():  # refused before Spark started (a missing file): not
+                self.runtime.service_log.operation(event, datasource=datasource, pipe=pipe,  # an operation yet
+                                                   seconds=time.perf_counter() - started, error=exc)
+            raise
+        self.runtime.service_log.operation(event, datasource=datasource, pipe=pipe,
+                                           seconds=time.perf_counter() - started, **done)
 
     def history(self) -> list[Deployment]:
         return self.warehouse.history()
@@ -432,9 +454,12 @@ class Project:
             from pipeframe.engine.ingest import ndjson_lines
 
             self._known_landing(name)
-            result = self.committer.append(name, ndjson_lines(data), idempotency_key)
+            result = self.committer.append(name, ndjson_lines(data), idempotency_key)  # logged by the committer
             return self._apply_views(name, result, on_step, views)
-        return self._ingest(name, data, format, "append", None, on_step, key=idempotency_key, views=views)
+        with self._logged("append", datasource=name) as done:
+            result = self._ingest(name, data, format, "append", None, on_step, key=idempotency_key, views=views)
+            done.update(rows=result.accepted, rows_quarantine=result.quarantined)
+        return result
 
     @cached_property
     def runtime(self) -> Runtime:
@@ -497,17 +522,21 @@ class Project:
     def replace(self, name: str, data: object, where: str | None = None, format: str | None = None) -> IngestResult:
         """Replace every row of a datasource (or those matching `where`) with `data`. With `where`, the views
         retract the replaced rows and add the new ones; replacing every row rebuilds them."""
-        return self._ingest(name, data, format, "overwrite", where, None)
+        with self._logged("replace", datasource=name) as done:
+            result = self._ingest(name, data, format, "overwrite", where, None)
+            done.update(rows=result.accepted, rows_quarantine=result.quarantined)
+        return result
 
     def delete(self, name: str, where: str | None = None) -> tuple[int, list[ViewRefresh]]:
         """Delete the rows matching `where` (all rows without it). With `where`, the views retract the deleted
         rows (docs/views.md, "Deletes and updates"); deleting every row rebuilds them."""
         from pipeframe.engine.ingest import Ingestor
 
-        self._known_landing(name)
-        materializer = self.materializer()
-        table = self._landing(materializer, name)
-        deleted = Ingestor(self.spark, self.warehouse).delete(table, where)
+        with self._logged("delete" if where else "truncate", datasource=name) as done:
+            self._known_landing(name)
+            materializer = self.materializer()
+            table = self._landing(materializer, name)
+            deleted = done["rows"] = Ingestor(self.spark, self.warehouse).delete(table, where)
         return deleted, materializer.refresh(materializer.downstream([name]), full=where is None)
 
     def truncate(self, name: str) -> tuple[int, list[ViewRefresh]]:
@@ -566,7 +595,10 @@ class Project:
         if view:
             found = materializer.resolve(view)
             views = [found, *materializer.downstream([found.state.name])]
-        return materializer.refresh(views, full=full)
+        started = time.perf_counter()
+        results = materializer.refresh(views, full=full)
+        self.runtime.service_log.refreshed(time.perf_counter() - started, results)
+        return results
 
     def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
                on_error: Callable[[Exception], None] | None = None) -> None:
@@ -580,10 +612,13 @@ class Project:
         """Backfill a materialized view from its source, pinned to one source version (see `Materializer`)."""
         from pipeframe.engine.materialize import DEFAULT_CHUNK_ROWS
 
-        self._known_view(pipe)
-        self._known_chunk_column(pipe, chunk_by)
-        materializer = self.materializer(on_step=on_step, on_progress=on_progress)
-        return materializer.populate(pipe, truncate, where, chunk_by, chunk_rows or DEFAULT_CHUNK_ROWS)
+        with self._logged("populate", pipe=pipe) as done:
+            self._known_view(pipe)
+            self._known_chunk_column(pipe, chunk_by)
+            materializer = self.materializer(on_step=on_step, on_progress=on_progress)
+            results = materializer.populate(pipe, truncate, where, chunk_by, chunk_rows or DEFAULT_CHUNK_ROWS)
+            done["rows"] = sum(r.rows or 0 for r in results)
+        return results
 
     def optimize(self, name: str | None = None) -> list[str]:
         """Compact view states to one row per key, apply TTL, OPTIMIZE and VACUUM (config `retention_hours`)."""
@@ -593,7 +628,8 @@ class Project:
         table = materializer.deployed.table(name) if name else None
         names = None if not name else [materializer.resolve(name).state.name] if table is None else \
             list(table.state.writers) or [name]  # a datasource several pipes write: each one's table
-        return materializer.optimize(names, self.config.retention_hours)
+        with self._logged("optimize", datasource=name or ""):
+            return materializer.optimize(names, self.config.retention_hours)
 
     def status(self, view: str | None = None) -> list[ViewStatus]:
         """Each view's status, lag, size and backfill progress (`pipeframe status`): read from the tables' logs and
@@ -686,7 +722,8 @@ class Project:
         from pipeframe.engine.lifecycle import Lifecycle
 
         self._known_view(view)
-        return Lifecycle(self.materializer()).recover(view)
+        with self._logged("rebuild", pipe=view):
+            return Lifecycle(self.materializer()).recover(view)
 
     def query(self, sql_or_pipe: str, **params: Any) -> DataFrame:
         """Ad-hoc Spark SQL over the deployed resources by name (views read as finalized values), or, given
@@ -745,9 +782,12 @@ class Project:
         return self.read(f"SELECT * FROM `{datasource}_quarantine` ORDER BY ingested_at DESC", limit)
 
     def readable_names(self, deployed: DeployedSnapshot | None = None) -> list[str]:
-        """The names ad-hoc SQL can read: every deployed table (datasources and views)."""
+        """The names ad-hoc SQL can read: every deployed table (datasources and views), and the service datasources."""
+        from pipeframe.compiler.service import SERVICE_TABLES
+
         deployed = self.snapshot if deployed is None else deployed
-        return sorted(r.state.name for r in deployed.values() if r.state.has_table or r.state.kind == "shared")
+        return sorted(r.state.name for r in deployed.values() if r.state.has_table or r.state.kind == "shared") + \
+            [t.qualified for t in SERVICE_TABLES]
 
     def endpoints(self, deployed: DeployedSnapshot | None = None) -> Endpoints:
         """The project's endpoint pipes over the deployed tables; `deployed` is what pipes are checked against

@@ -59,12 +59,16 @@ class Runtime:
         from pipeframe.connectors.s3 import S3Imports
         from pipeframe.engine.continuous import ContinuousMaterializer
         from pipeframe.engine.groupcommit import GroupCommitter
+        from pipeframe.engine.servicelog import ServiceLog
 
+        # pipeframe.pipe_stats and pipeframe.ops_log: what this process records about itself
+        self.service_log = ServiceLog(lambda: self.current().warehouse, project.config.service_log)
         self.materializer: ContinuousMaterializer = ContinuousMaterializer(lambda: self.current().materializer(),
                                                                            project.config.ingest.poll_ms)
+        self.materializer.on_round.append(self.service_log.refreshed)
         self.committer: GroupCommitter = GroupCommitter(
             project.spark, project.warehouse, lambda name: self.current().landing_target(name),
-            project.config.ingest, on_commit=self.materializer.committed)
+            project.config.ingest, on_commit=self.materializer.committed, record=self.service_log.operation)
         self.kafka = KafkaIngest(self, KafkaStream)  # every Kafka datasource consumed into the committer
         self.s3 = S3Imports(self)  # every @auto S3 import datasource's new files appended
 
@@ -93,7 +97,7 @@ class Runtime:
     def _order(self) -> list[Job]:
         # Stopped in reverse: the consumers stop sending (their requests in flight land), then the committer commits
         # what it holds, then the jobs and the materializer.
-        return [self.materializer, *self.jobs, _Flush(self.committer), self.kafka, self.s3]
+        return [self.service_log, self.materializer, *self.jobs, _Flush(self.committer), self.kafka, self.s3]
 
     def follow(self, stop: threading.Event, on_round: Callable[[list[ViewRefresh]], None] | None = None,
                on_error: Callable[[Exception], None] | None = None) -> None:

@@ -99,7 +99,12 @@ def _scopes(value: Any) -> dict[str, PipeScope]:
         if not isinstance(fixed, Mapping) or any(empty(v) for v in fixed.values()):
             raise _refused("PF831", f"The signed token's `fixed_params` of `{scope['resource']}` is not a mapping "
                            "of values (an empty or null value pins nothing).", "Mint it with `pipeframe token create`.")
-        found[scope["resource"]] = PipeScope(scope["resource"], dict(fixed))
+        pipe = PipeScope(scope["resource"], dict(fixed))
+        if found.get(pipe.pipe, pipe) != pipe:  # the last one won: a scope without pins undid another's
+            raise _refused("PF831", f"The signed token names pipe `{pipe.pipe}` in two scopes that fix other "
+                           "parameters: which one applies would be a guess.",
+                           "Mint it with one scope per pipe (`pipeframe token create`).")
+        found[pipe.pipe] = pipe
     return found
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from pipeframe.compiler.service import BY_RELATION
 from pipeframe.templating.identifiers import PLACEHOLDER_COLUMN
 
 Columns = tuple[str, ...]
@@ -199,7 +200,7 @@ def _judge(resolver: _Resolver, scope: Scope, column: exp.Column) -> UnknownColu
         if columns is None or name in {c.lower() for c in columns}:
             return None
         source = owner.sources[qualifier]
-        relation = f"`{source.name}`" if isinstance(source, exp.Table) else "the subquery"
+        relation = f"`{shown(source)}`" if isinstance(source, exp.Table) else "the subquery"
         return UnknownColumn(column, qualifier, relation, _close(column.name, list(columns)), False)
     if isinstance(scope.expression, exp.SetOperation):  # ORDER BY of a UNION: the first branch's outputs
         outputs = resolver.scope_outputs(scope)
@@ -219,7 +220,7 @@ def _judge(resolver: _Resolver, scope: Scope, column: exp.Column) -> UnknownColu
         for source in resolver.visible(current):
             candidates.extend(resolver.source_columns(current, source) or ())
             table = current.sources[source]
-            searched.append(f"`{table.name}`" if isinstance(table, exp.Table) else "the subquery")
+            searched.append(f"`{shown(table)}`" if isinstance(table, exp.Table) else "the subquery")
         if current is scope and isinstance(current.expression, exp.Select):
             candidates.extend(p.alias for p in current.expression.selects if isinstance(p, exp.Alias))
         current = current.parent if current.can_be_correlated else None
@@ -243,3 +244,9 @@ def _owner(scope: Scope, qualifier: str) -> Scope | None:
             return current
         current = current.parent if current.can_be_correlated else None
     return None
+
+
+def shown(table: exp.Table) -> str:
+    """A table's name as its query wrote it (a service datasource's qualified name, not its relation)."""
+    service = BY_RELATION.get(table.name)
+    return service.qualified if service is not None else table.name

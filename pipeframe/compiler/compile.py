@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pipeframe.compiler.aggregates import BY_KIND, explicit_column_state, state_type_for
 from pipeframe.compiler.final import NO_OP_ENGINES, Deduplication, deduplication, engine_name, is_replacing
 from pipeframe.compiler.graph import DAG, ResourceKey
+from pipeframe.compiler.service import BY_RELATION, SERVICE_DATABASES, SERVICE_TABLES
 from pipeframe.compiler.viewplan import ParsedNodes, Verdict, ViewColumn, ViewPlan
 from pipeframe.datafiles.model import Datasource, Node, NodeType, Pipe, Resources
 from pipeframe.errors import Diagnostic, DiagnosticSink, Location, PipeframeError
@@ -288,12 +289,18 @@ class Compiler:
         # Datasource -> its columns' Spark types, by lower-case name: what ClickHouse's defaults and rounding depend on.
         self.table_types = {d.name: {c.name.lower(): c.type for c in d.columns if not c.aggregate_function}
                             for d in resources.datasources}
+        self.table_types.update({t.relation: {c.lower(): type_ for c, type_ in t.columns} for t in SERVICE_TABLES})
         self.types_key = fingerprint(self.table_types)  # a scan depends on the columns of what its nodes read
 
     # ------------------------------------------------------------------------------------------ driver
     def compile(self) -> CompiledProject:
         targets = self.targets = self._targets()
         self.known_names = set(self.datasource_defs) | set(self.pipe_defs) | set(targets)
+        for name in sorted(self.known_names & set(BY_RELATION)):
+            where = (self.datasource_defs.get(name) or self.pipe_defs[name]).location
+            self.sink.error("PF105", f"`{name}` is the name of pipeframe's service datasource "
+                            f"`{BY_RELATION[name].qualified}`.", "Rename the resource.", where)
+        self.known_names |= set(BY_RELATION)
         for pipe in self.resources.pipes:
             if pipe.name in self.datasource_defs and targets.get(pipe.name) != pipe.name \
                     and pipe.name not in self.writers.get(pipe.name, ()):
@@ -393,6 +400,12 @@ class Compiler:
                 if name == node.name:
                     self.sink.error("PF301", f"Node `{node.name}` reads itself.", "Read an earlier node or a "
                                     "datasource.", where)
+                elif name in BY_RELATION:  # pipeframe's own table: not a resource of the graph
+                    if pipe.type == "materialized":
+                        self.sink.error("PF312", f"Materialized pipe `{pipe.name}` reads the service datasource "
+                                        f"`{BY_RELATION[name].qualified}`, whose rows trigger no refresh.",
+                                        "Read it from an endpoint, or from a copy pipe on a schedule "
+                                        "(TYPE copy, COPY_SCHEDULE) that fills a datasource a view can read.", where)
                 elif name in known:
                     if name in self.pipe_defs and self.pipe_defs[name].type in ("materialized", "copy") \
                             and name not in targets and name not in self.datasource_defs:
@@ -413,7 +426,7 @@ class Compiler:
                 for match in FROM_JOIN.finditer(node.sql):
                     name = match.group(1)
                     if name in known and name not in reads and name not in seen_nodes and name != own_target \
-                            and name != pipe.name:
+                            and name != pipe.name and name not in BY_RELATION:
                         reads.append(name)
             seen_nodes.append(node.name)
         self.reads[pipe.name] = reads
@@ -426,6 +439,8 @@ class Compiler:
                           lambda: tuple(self._scan(pipe)))
 
     def _scan(self, pipe: Pipe) -> Iterator[NodeScan | tuple[Diagnostic, ...]]:
+        from sqlglot import exp
+
         from pipeframe.compiler.clickhouse import json_paths
         from pipeframe.compiler.sql import locate, parse_select, read_versions, table_names
         from pipeframe.templating import analyze
@@ -448,6 +463,14 @@ class Compiler:
                 tree = read_versions(parse_select(analysis.sql, node.sql_location, types_of), self.versions)
             except PipeframeError as err:
                 yield tuple(err.diagnostics)
+                continue
+            unknown = [Diagnostic("PF301", f"Unknown service datasource `{t.db}.{t.name}`.", "pipeframe records "
+                                  f"{' and '.join(s.qualified for s in SERVICE_TABLES)} (also read as "
+                                  f"{' and '.join(a for s in SERVICE_TABLES for a in s.aliases)}); see "
+                                  "docs/operations.md.", locate(t, analysis.sql, node.sql_location))
+                       for t in tree.find_all(exp.Table) if t.db.lower() in SERVICE_DATABASES]
+            if unknown:
+                yield tuple(unknown)
                 continue
             tables = table_names(tree)
             json = frozenset(c for t in tables for c in self.json_columns.get(t.name, ()))
@@ -803,6 +826,8 @@ class Compiler:
         """The columns a name in FROM reads, by name: a datasource's (a view's target as read), a pipe's output."""
         if name in self.datasources:
             return tuple(c.name for c in self.datasources[name].columns)
+        if name in BY_RELATION:
+            return tuple(c for c, _ in BY_RELATION[name].columns)
         return self.outputs.get(name)
 
     def _parameters(self, pipe: Pipe) -> tuple[Parameter, ...]:
@@ -1114,12 +1139,13 @@ __all__ = ["CompiledDatasource", "CompiledPipe", "CompiledProject", "CompiledVie
 
 
 def compile_query(sql: str) -> str:
-    """An ad-hoc query (`pipeframe query`) as Spark SQL: State/Merge combinators translated."""
-    from pipeframe.compiler.sql import parse_select, to_sql
+    """An ad-hoc query (`pipeframe query`) as Spark SQL: State/Merge combinators translated, service datasources
+    (`pipeframe.pipe_stats`) read by their relations."""
+    from pipeframe.compiler.sql import parse_select, read_service_tables, to_sql
     from pipeframe.compiler.states import translate_merges
     from pipeframe.errors import Location as _Location
 
-    return to_sql(translate_merges(parse_select(sql, _Location("<query>"))))
+    return to_sql(translate_merges(read_service_tables(parse_select(sql, _Location("<query>")))))
 
 
 def _named_selects(tree: exp.Expression) -> list[str]:

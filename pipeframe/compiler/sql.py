@@ -24,6 +24,7 @@ from pipeframe.compiler.clickhouse import (
     unknown_functions,
 )
 from pipeframe.compiler.dialect import DIALECT
+from pipeframe.compiler.service import ServiceTable, service_table
 from pipeframe.errors import Diagnostic, Location, PipeframeError
 
 # `quantilesState(0.5, 0.9)(x)` → `quantilesState(x, 0.5, 0.9)`: the catalog knows the first argument is x.
@@ -230,7 +231,9 @@ def inline(ctes: list[tuple[str, exp.Query]], final: exp.Query) -> exp.Query:
 
 def read_versions(tree: exp.Expression, versions: Mapping[str, str]) -> exp.Expression:
     """A read of `x` where the project has `x` only as a versioned resource (`VERSION 3` in x.datasource: named
-    `x__v3`) reads that one, as Tinybird resolves it."""
+    `x__v3`) reads that one, as Tinybird resolves it; a read of a service datasource (`pipeframe.pipe_stats`) reads its
+    relation (compiler/service.py)."""
+    tree = read_service_tables(tree)
     if versions and any(t.name in versions and not t.args.get("db") for t in tree.find_all(exp.Table)):
         return rename_tables(tree, dict(versions))
     return tree
@@ -246,3 +249,27 @@ def rename_tables(tree: exp.Expression, renames: dict[str, str]) -> exp.Expressi
             if not table.alias:
                 table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     return tree
+
+
+def read_service_tables(tree: exp.Expression) -> exp.Expression:
+    """Reads of service tables by their qualified names turned into reads of their relations (the alias stays the
+    name written, so `pipe_stats.duration` still resolves)."""
+    if not any(_service_of(t) for t in tree.find_all(exp.Table)):
+        return tree
+    tree = tree.copy()
+    for table in tree.find_all(exp.Table):
+        service = _service_of(table)
+        if service is None:
+            continue
+        written = table.name
+        table.set("db", None)
+        table.set("this", exp.to_identifier(service.relation))
+        if not table.alias:
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(written)))
+    return tree
+
+
+def _service_of(table: exp.Table) -> ServiceTable | None:
+    if not table.args.get("db") or table.args.get("catalog"):
+        return None
+    return service_table(f"{table.db}.{table.name}")

@@ -61,8 +61,8 @@ class ContinuousMaterializer:
         self.done = 0  # rounds finished
         self.figures: dict[str, ViewFigures] = {}
         self.problem: str | None = None  # why the last round failed
-        # Told of each round that ran (its seconds and refreshes), e.g. by the server's metrics.
-        self.on_round: Callable[[float, list[ViewRefresh]], None] | None = None
+        # Told of each round that ran (its seconds and refreshes): the server's metrics, the service log.
+        self.on_round: list[Callable[[float, list[ViewRefresh]], None]] = []
         self._seen: dict[str, int] = {}  # table path -> its version when the last round started
         self._forced: set[str] = set()  # views a waiter needs refreshed by the next round
         self._cond = threading.Condition()
@@ -164,8 +164,8 @@ class ContinuousMaterializer:
             try:
                 refreshed = self.run_round(round_, forced)
                 self.problem = None
-                if self.on_round is not None:
-                    self.on_round(time.perf_counter() - started, refreshed)
+                for told in self.on_round:
+                    told(time.perf_counter() - started, refreshed)
             except Exception as exc:
                 log.warning("A materializer round failed; the next one tries again.", exc_info=True)
                 self.problem = f"the materializer's last round failed ({first_line(exc)}); the next one tries again"

@@ -115,11 +115,14 @@ class GroupCommitter:
     """The group commits of one warehouse's landing datasources. `target(name)` gives a datasource's deployed table
     and its definition (raising the user's error for an unknown one); it is asked again for every commit, so a
     deploy in between is followed. `on_commit(name, version)` is told of every commit (the continuous
-    materializer wakes on it); what it returns is kept on the requests' results (`IngestResult.mark`)."""
+    materializer wakes on it); what it returns is kept on the requests' results (`IngestResult.mark`). `record` is
+    told of every group commit made or failed (the service log's `operation`)."""
 
     def __init__(self, spark: SparkSession, warehouse: Warehouse, target: Target, settings: IngestSettings,
-                 on_commit: Callable[[str, int], object] | None = None) -> None:
+                 on_commit: Callable[[str, int], object] | None = None,
+                 record: Callable[..., None] | None = None) -> None:
         self.spark = spark
+        self.record = record or (lambda *_args, **_kwargs: None)
         self.ingestor = Ingestor(spark, warehouse)
         self.target = target
         self.settings = settings
@@ -293,6 +296,7 @@ class GroupCommitter:
                 fence = fence_of(request.key)
                 fenced = isinstance(exc, Fenced) and fence is not None and fence[0] in exc.landed
                 request.done.set_exception(exc if fenced else error)
+            self.record("append", datasource=queue.name, seconds=time.monotonic() - started, error=error)
             return
         results = [IngestResult(queue.name, part.accepted, part.quarantined, version, part.reasons)
                    for part in landed]
@@ -315,7 +319,9 @@ class GroupCommitter:
         mark = self.on_commit(queue.name, version) if version is not None else None
         for request, result in zip(group, results, strict=True):
             request.done.set_result(replace(result, mark=mark))
-        queue.committed = time.monotonic()  # once answered: the next group's `flush_ms` clock starts no earlier
+        queue.committed = time.monotonic()
+        self.record("append", datasource=queue.name, seconds=queue.committed - started,
+                    rows=sum(r.accepted for r in results), rows_quarantine=sum(r.quarantined for r in results))  # once answered: the next group's `flush_ms` clock starts no earlier
 
     def _unfenced(self, queue: _Queue, table: DeployedResource, group: list[_Request]) -> list[_Request]:
         """The group less its requests that continue a sequence (a Kafka partition: `fence_of` their key) from a

@@ -292,7 +292,8 @@ class Materializer:
             tables.remove_path(self.spark, old)
         self.store.end_round()
         self.deployed = self.warehouse.snapshot()  # with the swap
-        results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]))]
+        results = [ViewRefresh(view.state.name, "rebuilt", None, int(run["pinned_version"]),
+                               rows=run.get("total_rows"))]
         for child in self._children(view):
             results += self.rebuild(child.state.name)
         return results
@@ -327,7 +328,7 @@ class Materializer:
         self._run_chunks(view, view, run, record)
         self.store.end_round()
         self.warehouse.save_view_record(replace(self.warehouse.view_record(view.state.name), backfill=None))
-        return [ViewRefresh(view.state.name, "applied", None, int(run["pinned_version"]))]
+        return [ViewRefresh(view.state.name, "applied", None, int(run["pinned_version"]), rows=run.get("total_rows"))]
 
     def _new_run(self, view: DeployedResource, mode: str, path: str, version: int, pinned: int | None,
                  where: str | None, chunk_by: str | None, chunk_rows: int) -> dict:

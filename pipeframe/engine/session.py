@@ -220,6 +220,11 @@ def get_session(config: ProjectConfig) -> SparkSession:
         return session
 
 
+def started() -> bool:
+    """Whether this process has started its SparkSession."""
+    return _live is not None
+
+
 def with_local_engine(config: ProjectConfig) -> tuple[ProjectConfig, str | None]:
     """``config`` pointed at the project's warm local engine (`pipeframe local start`) while one is up, and that
     engine's URL; ``config`` unchanged (and None) when spark.remote or a non-local master is set explicitly, or

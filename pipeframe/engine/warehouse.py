@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pipeframe.compiler.service import SERVICE_TABLES
 from pipeframe.engine import deltaappend, deltalog
 from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.errors import PipeframeError
@@ -521,6 +522,9 @@ class Warehouse:
             quarantine = self.quarantine_path(state.name)
             if state.kind == "datasource" and self._exists(quarantine):
                 self._view(f"{state.name}_quarantine", f"SELECT * FROM {quote_path(quarantine)}")
+        for service in SERVICE_TABLES:  # pipeframe.pipe_stats, pipeframe.ops_log (engine/servicelog.py)
+            if self._exists(path := service.path(self.uri)):
+                self._view(service.relation, f"SELECT * FROM {quote_path(path)}")
 
     def unregister(self, name: str) -> None:
         """Forget a name (its table was dropped)."""

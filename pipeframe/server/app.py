@@ -27,6 +27,7 @@ from pipeframe.server.routes import (
     add_metrics_route,
     add_pipe_routes,
     add_project_routes,
+    add_service_routes,
     add_view_routes,
 )
 from pipeframe.server.service import Service
@@ -48,6 +49,7 @@ def create_app(service: Service) -> FastAPI:
     add_pipe_routes(app, service)
     add_event_routes(app, service)
     add_view_routes(app, service)
+    add_service_routes(app, service)
     add_metrics_route(app, service)
     add_project_routes(app, service)
     add_docs_routes(app, service)

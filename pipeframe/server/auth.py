@@ -114,10 +114,15 @@ def require_admin(caller: Caller, what: str = "the views API") -> None:
                              f"Use the `{ADMIN_TOKEN}` token of pipeframe.yaml `tokens:`.", http_status=403)
 
 
+def hidden(text: str) -> str:
+    """A URL (or a log line) with the value of `token=` hidden."""
+    return TOKEN_IN_QUERY.sub(r"\1***", text)
+
+
 class HideTokens(logging.Filter):
     """Access-log lines must not carry `?token=<secret>`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(TOKEN_IN_QUERY.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(hidden(a) if isinstance(a, str) else a for a in record.args)
         return True

@@ -56,7 +56,7 @@ class Metrics:
                                 registry=self.registry)
         self.registry.register(RuntimeFigures(runtime))
         self._names: tuple[Endpoints | None, frozenset[str]] = (None, frozenset())
-        runtime.materializer.on_round = self.round_done
+        runtime.materializer.on_round.append(self.round_done)
 
     def endpoint(self, pipe: str, status: int, engine: str | None, seconds: float) -> None:
         """One endpoint request answered with `status` by `engine` (None: before any engine ran)."""

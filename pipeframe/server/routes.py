@@ -50,7 +50,7 @@ def add_pipe_routes(app: FastAPI, service: Service) -> None:
     def call_pipe(pipe_file: str, request: Request) -> Response:
         started = time.perf_counter()
         name, dot, fmt = pipe_file.rpartition(".")
-        engine, status = None, 500
+        engine, status, code, caller, result = None, 500, "PF999", None, None
         try:
             if not dot or fmt not in FORMATS:
                 raise PipeframeError("PF814", f"`/v0/pipes/{pipe_file}` names no format.",
@@ -61,13 +61,15 @@ def add_pipe_routes(app: FastAPI, service: Service) -> None:
                 values = request.query_params.getlist(key)
                 params[key] = values[0] if len(values) == 1 else values  # repeated: an Array parameter's items
             result = service.call(name, params, caller)
-            engine, status = result.engine, 200
+            engine, status, code = result.engine, 200, ""
             return render(result, fmt)
         except PipeframeError as err:
-            status = status_of(err)
+            status, code = status_of(err), err.code
             raise
         finally:
-            service.metrics.endpoint(name, status, engine, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            service.metrics.endpoint(name, status, engine, seconds)
+            service.log_request(request, name, caller, status, code, seconds, result)
 
 
 def add_event_routes(app: FastAPI, service: Service) -> None:
@@ -186,6 +188,18 @@ class ViewChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paused: StrictBool
     permanent: StrictBool = False
+
+
+def add_service_routes(app: FastAPI, service: Service) -> None:
+    """`/v0/service/requests`: endpoint latency per minute from `pipeframe.pipe_stats` (the admin token only)."""
+
+    @app.get("/v0/service/requests", summary="Endpoint requests and latency per minute", tags=["operations"])
+    def service_requests(request: Request, minutes: int = Query(60, ge=1, le=7 * 24 * 60,
+                                                                description="How far back")) -> dict:
+        """Per minute and endpoint pipe: requests, errors, p50_ms and p95_ms (to within 5%), from the service
+        datasource `pipeframe.pipe_stats` (written every `service_log.flush_ms`)."""
+        auth.require_admin(service.authenticate(auth.token_of(request)), "the service datasources")
+        return {"data": service.request_minutes(minutes)}
 
 
 def add_view_routes(app: FastAPI, service: Service) -> None:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pipeframe.compiler.service import BY_RELATION, ServiceTable
 from pipeframe.plan.records import decode_state
 from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
 from pipeframe.plan.state import ResourceState
@@ -308,6 +309,9 @@ class Reader:
         for resource in tables:
             if resource.state.kind == "datasource" and name.lower() == f"{resource.state.name}_quarantine".lower():
                 return quarantine_state(resource.state.name), (self._quarantine_path(resource.state.name),)
+        service = BY_RELATION.get(name.lower())
+        if service is not None:
+            return service_state(service), (service.path(self.uri),)
         raise UnknownTable(name, sorted(readable) if readable is not None else sorted(r.state.name for r in tables))
 
     def _functions(self, sql: str) -> None:
@@ -365,6 +369,14 @@ def quarantine_state(datasource: str) -> ResourceState:
     from pipeframe.compiler.graph import ResourceKey
 
     return ResourceState(ResourceKey.datasource(f"{datasource}_quarantine"), f"{datasource}_quarantine", "datasource")
+
+
+def service_state(service: ServiceTable) -> ResourceState:
+    """A service datasource (`pipeframe.pipe_stats`) as a resource of its declared columns."""
+    from pipeframe.compiler.graph import ResourceKey
+
+    return ResourceState(ResourceKey.datasource(service.relation), service.relation, "datasource",
+                         columns=service.columns)
 
 
 def python_value(value: Any, struct: bool = False) -> Any:

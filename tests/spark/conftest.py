@@ -1,7 +1,8 @@
 """Spark test fixtures: one embedded Spark + Delta session for the whole run, built by pipeframe's builder.
 
 Use `spark` for the session, `spark_config` for the project it belongs to and `table_path` for a fresh
-Delta table location under that project's warehouse. Calling get_session with other settings restarts Spark
+Delta table location under that project's warehouse; a module that defines a `project` fixture gets it served
+over HTTP by `server` and a client of it by `http`. Calling get_session with other settings restarts Spark
 and stops this session, so tests that need a project should build it under `spark_config.root`.
 """
 
@@ -11,11 +12,17 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pipeframe.config import ProjectConfig, load_config
 from pipeframe.engine.session import get_session, stop_session
+
+if TYPE_CHECKING:
+    import httpx
+
+    from pipeframe.server import RunningServer
 
 _tables = itertools.count()
 
@@ -49,6 +56,25 @@ def table_path(spark_config: ProjectConfig, request: pytest.FixtureRequest) -> s
     """A path under the warehouse where no table exists yet, unique to this test."""
     name = "".join(c if c.isalnum() else "_" for c in request.node.name)
     return str(Path(spark_config.warehouse_uri) / "tests" / f"{name}_{next(_tables)}")
+
+
+@pytest.fixture(scope="module")
+def server(project) -> Iterator[RunningServer]:
+    """A real HTTP server (uvicorn, on a free port) serving the module's `project` fixture, for the whole module."""
+    from pipeframe.server import Service, start_server
+
+    running = start_server(Service(project), port=0)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server: RunningServer) -> Iterator[httpx.Client]:
+    """A client of the module's `server`."""
+    import httpx
+
+    with httpx.Client(base_url=server.url, timeout=300) as client:
+        yield client
 
 
 def deployed(spark, spark_config: ProjectConfig, name: str, files: dict[str, str], config_extra: str = ""):

@@ -2,7 +2,7 @@
 Spark + Delta: the page loads and asks for a token, the graph shows every resource, pausing a view from the console
 pauses it, a bad append shows in the quarantine browser, and the playground answers as the API does.
 
-One project, one server and one browser serve the module; the tests run in file order. Each waits on what the page
+One project, one server (tests/spark/conftest.py's `server` and `http`) and one browser serve the module; the tests run in file order. Each waits on what the page
 shows (playwright's `expect`), never on time. The same run writes the screenshots of docs/operations.md
 (docs/img/console-*.png).
 """
@@ -22,8 +22,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from pipeframe.project import Project
-from pipeframe.server import RunningServer, Service, start_server
-from tests.spark.conftest import deployed
+from pipeframe.server import RunningServer
+from tests.spark.conftest import deployed, until
 
 CHROMIUM = "/usr/bin/chromium"
 # As root in a sandbox-less container, and quiet: no GPU, no QUIC, none of Chromium's own calls to Google's hosts
@@ -139,20 +139,7 @@ def project(spark, spark_config) -> Project:
         "datasources/revenue_snapshot.datasource": REVENUE_SNAPSHOT,
         "fixtures/events.ndjson": "".join(json.dumps(row) + "\n" for row in FIXTURE),
         "fixtures/products.ndjson": "".join(json.dumps(row) + "\n" for row in PRODUCTS_FIXTURE),
-    }, tokens)
-
-
-@pytest.fixture(scope="module")
-def server(project: Project) -> Iterator[RunningServer]:
-    running = start_server(Service(project), port=0)
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def http(server: RunningServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=300) as client:
-        yield client
+    }, tokens + "service_log:\n  flush_ms: 100\n")  # the request log written soon after each request
 
 
 @pytest.fixture(scope="module")
@@ -279,10 +266,28 @@ def test_the_playground_answers_as_the_api_does(page, http):
     expect(page.locator("#pg-result .error")).to_contain_text("limit")  # the API's 400, shown as it says it
 
 
-def test_the_latency_chart_says_when_the_server_keeps_no_request_log(page, http):
-    assert http.get("/v0/service/requests", params={"minutes": "60"}, headers=ADMIN).status_code == 404
+def logged_requests(http: httpx.Client, pipe: str) -> int:
+    answer = http.get("/v0/service/requests", params={"minutes": "60"}, headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    return sum(r["requests"] for r in answer.json()["data"] if r["pipe_name"] == pipe)
+
+
+def test_the_latency_chart_draws_the_request_log(page, http):
+    """The requests to `top` of the test before (the playground's two, one refused, and the API's one) are in the
+    request log once it is written (every 100 ms here): the chart draws the minutes the API answers, with their
+    requests and errors."""
+    assert until(lambda: logged_requests(http, "top"), 3) == 3
+    rows = [r for r in http.get("/v0/service/requests", params={"minutes": "60"}, headers=ADMIN).json()["data"]
+            if r["pipe_name"] == "top"]
     show(page, "latency")
-    expect(page.locator("#no-request-log")).to_contain_text("No request log")
+    expect(page.locator("#latency-pipe")).to_have_value("top")
+    expect(page.locator("#latency-chart svg.chart")).to_be_visible()
+    total, errors = sum(r["requests"] for r in rows), sum(r["errors"] for r in rows)
+    expect(page.locator("#latency-chart p.hint")).to_contain_text(
+        f"top: {total} requests, {errors} errors in {len(rows)} minute(s)")
+    assert page.locator("#latency-chart g.bar").count() == len(rows) and errors == 1
+    assert page.locator("#latency-chart circle.dot.p95").count() == sum(r["p95_ms"] is not None for r in rows)
+    screenshot(page, "latency")
 
 
 def test_ingest_rates_are_shown_per_datasource(page, http):

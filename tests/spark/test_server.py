@@ -1,8 +1,9 @@
 """The HTTP API on a real uvicorn server over real Spark + Delta: endpoint formats, typed-parameter validation,
 tokens, SQL-injection payloads in every parameter type, OpenAPI, the Events API and the views API.
 
-One deployed project (fixtures loaded) and one server serve the whole module; the tests run in file order and
-the later ones (events, pause/resume, delete) change its rows, so each asserts relative to what it read first.
+One deployed project (fixtures loaded) and one server (`server`, `http`: tests/spark/conftest.py) serve the whole
+module; the tests run in file order and the later ones (events, pause/resume, delete) change its rows, so each
+asserts relative to what it read first.
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from pipeframe.project import Project
-from pipeframe.server import RunningServer, Service, start_server
 from tests.conftest import write_project
 from tests.spark.conftest import deployed, until
 
@@ -183,19 +182,6 @@ def project(spark, spark_config) -> Project:
         "fixtures/events.ndjson": "".join(json.dumps(row) + "\n" for row in FIXTURE),
         "fixtures/orders.ndjson": "".join(json.dumps(row) + "\n" for row in ORDERS_FIXTURE),
     }, tokens + f"signing_key: {SIGNING_KEY}\n")
-
-
-@pytest.fixture(scope="module")
-def server(project: Project) -> Iterator[RunningServer]:
-    running = start_server(Service(project), port=0)
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def http(server: RunningServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=300) as client:
-        yield client
 
 
 def count(project: Project, table: str) -> int:

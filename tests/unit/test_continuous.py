@@ -151,7 +151,7 @@ def test_each_views_lag_and_each_round_are_reported_for_metrics():
     tables.versions["events"] = 4  # the fake refresh applies source versions up to 1: three commits behind
     loop = ContinuousMaterializer(lambda: Views(tables), poll_ms=60_000)
     rounds = []
-    loop.on_round = lambda seconds, refreshed: rounds.append((seconds >= 0, [r.view for r in refreshed]))
+    loop.on_round.append(lambda seconds, refreshed: rounds.append((seconds >= 0, [r.view for r in refreshed])))
     loop.start()
     try:
         loop.wait(["hourly", "daily"], timeout=30)

@@ -56,8 +56,9 @@ def test_view_lag_and_rounds_come_from_the_materializer() -> None:
     figures = parts.materializer.figures
     figures["hourly"] = ViewFigures(visible_ms=250.0, lag_versions=3)
     figures["daily"] = ViewFigures()  # refreshed, nothing known yet: no sample rather than a made-up 0
-    parts.materializer.on_round(0.2, [SimpleNamespace(view="hourly")])
-    parts.materializer.on_round(0.1, [])  # a round that refreshed nothing is not a refresh
+    [told] = parts.materializer.on_round
+    told(0.2, [SimpleNamespace(view="hourly")])
+    told(0.1, [])  # a round that refreshed nothing is not a refresh
     got = samples(metrics)
     assert got[("pipeframe_view_lag_versions", (("view", "hourly"),))] == 3
     assert got[("pipeframe_view_visible_ms", (("view", "hourly"),))] == 250.0

@@ -1,6 +1,7 @@
 """Signed tenant tokens without a JVM: `pipeframe token create` mints Tinybird-shaped JWTs, and a server's checks
 refuse expired, forged and foreign ones, count requests per token name against `limits.rps` on an injected clock,
-and turn fixed parameters into the values a query string would carry. (Served: tests/spark/test_server.py.)"""
+and turn fixed parameters into the values a query string would carry. (Served: tests/spark/test_server.py and, as
+properties, tests/spark/test_token_properties.py.)"""
 
 from __future__ import annotations
 
@@ -141,6 +142,21 @@ def test_a_token_fixing_nothing_a_bad_claim_or_a_skewed_clock_is_handled() -> No
             verify(KEY, "shop", signed_raw({"workspace_id": "shop", "name": "a", "exp": 2**31, "scopes": [], **bad}))
     ahead = mint(KEY, "shop", "acme", SCOPES, 60, now=time.time() + 10)  # minted on a clock 10 s ahead
     assert verify(KEY, "shop", ahead).name == "acme"
+
+
+def test_a_pipe_named_in_two_scopes_that_pin_otherwise_is_refused() -> None:
+    """Scopes were read into a dict by pipe: the last one won, so a second scope of the pipe without fixed params
+    (or with another tenant's) undid the first one's pins. Found by tests/spark/test_token_properties.py."""
+    pinned = {"type": "PIPES:READ", "resource": "org_orders", "fixed_params": {"org_id": 42}}
+    for again in ({"type": "PIPES:READ", "resource": "org_orders"}, {**pinned, "fixed_params": {}},
+                  {**pinned, "fixed_params": {"org_id": 7}}, {**pinned, "fixed_params": {"org_id": 42, "r": "eu"}}):
+        for scopes in ([pinned, again], [again, pinned]):
+            token = jwt.encode({"workspace_id": "shop", "name": "acme", "exp": 2**31, "scopes": scopes}, KEY)
+            with pytest.raises(PipeframeError, match="two scopes") as raised:
+                verify(KEY, "shop", token)
+            assert (raised.value.code, raised.value.http_status) == ("PF831", 403)
+    same = jwt.encode({"workspace_id": "shop", "name": "acme", "exp": 2**31, "scopes": [pinned, dict(pinned)]}, KEY)
+    assert dict(verify(KEY, "shop", same).fixed_params("org_orders")) == {"org_id": 42}  # the same pins twice
 
 
 def test_fixed_params_are_sent_as_a_query_string_carries_them() -> None:

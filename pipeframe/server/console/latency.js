@@ -20,7 +20,8 @@ function time(minute) {
 }
 
 export function chart(rows) {
-  const t0 = time(rows[0].minute), t1 = Math.max(time(rows[rows.length - 1].minute), t0 + 60_000);
+  // At least a quarter of an hour wide, ending at the last minute: a lone minute is not stretched across the chart.
+  const t1 = time(rows[rows.length - 1].minute) + 60_000, t0 = Math.min(time(rows[0].minute), t1 - 15 * 60_000);
   const top = Math.max(1, ...rows.map((r) => r.p95_ms ?? 0)) * 1.1;
   const busiest = Math.max(1, ...rows.map((r) => r.requests));
   const plotBottom = H - BOTTOM - BARS - 10;
@@ -35,10 +36,11 @@ export function chart(rows) {
   }
   const barWidth = Math.max(2, Math.min(14, (W - LEFT - RIGHT) / Math.max(rows.length, 1) - 2));
   for (const r of rows) {
-    const height = (r.requests / busiest) * BARS;
-    const bar = s("rect", { x: x(r) - barWidth / 2, y: H - BOTTOM - height, width: barWidth, height,
-      class: r.errors ? "bar errors" : "bar" });
-    bar.append(s("title", {}, `${r.minute}: ${r.requests} requests, ${r.errors} errors`));
+    const height = (r.requests / busiest) * BARS, failed = (r.errors / busiest) * BARS;
+    const bar = s("g", { class: "bar" },
+      s("rect", { x: x(r) - barWidth / 2, y: H - BOTTOM - height, width: barWidth, height, class: "requests" }),
+      s("rect", { x: x(r) - barWidth / 2, y: H - BOTTOM - failed, width: barWidth, height: failed, class: "errors" }),
+      s("title", {}, `${r.minute}: ${r.requests} requests, ${r.errors} errors`));
     svg.append(bar);
   }
   for (const [field, cls] of [["p95_ms", "p95"], ["p50_ms", "p50"]]) {
@@ -51,9 +53,10 @@ export function chart(rows) {
     }
   }
   svg.append(
-    s("text", { x: LEFT, y: H - 8, class: "tick" }, rows[0].minute.slice(0, 16)),
+    s("text", { x: LEFT, y: H - 8, class: "tick" }, `${new Date(t0).toISOString().slice(0, 16).replace("T", " ")} UTC`),
     s("text", { x: W - RIGHT, y: H - 8, class: "tick", "text-anchor": "end" }, rows[rows.length - 1].minute.slice(0, 16)),
-    s("text", { x: LEFT + 4, y: H - BOTTOM - BARS - 2, class: "tick" }, `requests (max ${busiest}/min)`));
+    s("text", { x: LEFT - 6, y: H - BOTTOM - BARS / 2, class: "tick", "text-anchor": "end" }, "requests"),
+    s("text", { x: LEFT - 6, y: H - BOTTOM - BARS / 2 + 13, class: "tick", "text-anchor": "end" }, `≤ ${busiest}/min`));
   return svg;
 }
 

@@ -1,0 +1,208 @@
+"""The writer of the service datasources (compiler/service.py): `pipeframe.pipe_stats`, a row per endpoint request,
+and `pipeframe.ops_log`, a row per operation.
+
+Recording is a dict appended to a list under a lock (a few µs, no I/O): a server's requests never wait for a write.
+While the runtime runs (`serve`, `dev`, `run`) a thread of its own writes what was recorded every `flush_ms`, one
+append per table; elsewhere (a CLI command, a script) each operation is written as it ends, once Spark has started. Writes are Delta appends
+(`deltaappend`, without a Spark job, in a local warehouse; Spark's writer elsewhere); a write that fails keeps its rows
+for the next one (up to `MAX_BUFFERED` rows a table, the oldest dropped beyond it, counted in `dropped`). Rows older
+than `retention_days` are deleted (a Delta DELETE) at most once an hour."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pipeframe.compiler.service import OPS_LOG, PIPE_STATS, SERVICE_TABLES, ServiceTable
+from pipeframe.engine import deltaappend, session
+from pipeframe.engine.conflicts import local_folder, retrying, table_lock
+from pipeframe.sqltext import first_line, quote_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeframe.config import ServiceLogSettings
+    from pipeframe.engine.refresh import ViewRefresh
+    from pipeframe.engine.warehouse import Warehouse
+
+log = logging.getLogger("pipeframe.servicelog")
+MAX_BUFFERED = 100_000  # rows a table keeps while its writes fail
+RETENTION_EVERY = 3600.0  # seconds between two deletes of expired rows
+
+
+class ServiceLog:
+    """What one process records about itself. `warehouse()` gives the warehouse written to, asked only when a write
+    is due (a local warehouse is appended to without a Spark job, but for the checkpoint Delta writes every tenth
+    commit)."""
+
+    def __init__(self, warehouse: Callable[[], Warehouse], settings: ServiceLogSettings,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.warehouse = warehouse
+        self.settings = settings
+        self.clock = clock
+        self.dropped = 0
+        self._rows: dict[ServiceTable, list[dict]] = {t: [] for t in SERVICE_TABLES}
+        self._lock = threading.Lock()
+        self._write = threading.Lock()  # one write at a time (the thread's and a caller's `flush`)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._expired_at = time.monotonic()  # the first delete an hour after start (a CLI command never deletes)
+        self._made: set[ServiceTable] = set()
+
+    # ------------------------------------------------------------------------------------------ recording
+    def request(self, *, pipe: str, status: int, seconds: float, engine: str | None, token_name: str | None,
+                method: str, url: str, parameters: Mapping[str, str], error_code: str = "", read_rows: int = 0,
+                read_bytes: int = 0, result_rows: int = 0, user_agent: str = "", request_id: str = "") -> None:
+        """One endpoint request answered (`pipeframe.pipe_stats`)."""
+        self._record(PIPE_STATS, {
+            "start_datetime": self.clock() - timedelta(seconds=seconds), "request_id": request_id or uuid.uuid4().hex,
+            "pipe_id": pipe, "pipe_name": pipe, "token_name": token_name or "", "method": method, "url": url,
+            "parameters": list(parameters.items()), "status_code": status, "error": int(status >= 400),
+            "error_code": error_code, "duration": seconds, "read_rows": read_rows, "read_bytes": read_bytes,
+            "result_rows": result_rows, "engine": engine or "none", "user_agent": user_agent})
+
+    def operation(self, event_type: str, *, datasource: str = "", pipe: str = "", seconds: float = 0.0,
+                  error: BaseException | str | None = None, rows: int = 0, rows_quarantine: int = 0,
+                  strategy: str = "", operation_id: str = "") -> None:
+        """One operation ended (`pipeframe.ops_log`): `error`, what it failed with (None: it succeeded)."""
+        code = getattr(error, "code", "PF999") if error is not None else ""
+        if isinstance(error, str):
+            error = RuntimeError(error)
+        self._record(OPS_LOG, {
+            "timestamp": self.clock(), "event_type": event_type, "datasource_id": datasource,
+            "datasource_name": datasource, "pipe_id": pipe, "pipe_name": pipe,
+            "result": "error" if error is not None else "ok", "error": first_line(error) if error is not None else "",
+            "error_code": code, "elapsed_time": seconds, "rows": rows, "rows_quarantine": rows_quarantine,
+            "strategy": strategy, "operation_id": operation_id or uuid.uuid4().hex})
+        if self._thread is None and session.started():  # no writer thread: written as it ends (an operation refused
+            self.flush()  # before Spark started, e.g. a missing file, is written with this process's next one)
+
+    def refreshed(self, seconds: float, refreshes: list[ViewRefresh]) -> None:
+        """A round of the continuous materializer: a row per view it changed, or failed to."""
+        for done in refreshes:
+            if done.outcome in ("applied", "rebuilt", "error", "stale"):
+                self.operation("rebuild" if done.outcome == "rebuilt" else "refresh", pipe=done.view,
+                               seconds=seconds, rows=done.rows or 0, strategy=done.path or "",
+                               error=(done.message or done.outcome) if done.outcome in ("error", "stale") else None)
+
+    def _record(self, table: ServiceTable, row: dict) -> None:
+        if not self.settings.enabled:
+            return
+        with self._lock:
+            rows = self._rows[table]
+            rows.append(row)
+            if len(rows) > MAX_BUFFERED:
+                self.dropped += len(rows) - MAX_BUFFERED
+                del rows[: len(rows) - MAX_BUFFERED]
+
+    # ------------------------------------------------------------------------------------------ writing
+    def start(self, _service: Any = None) -> None:
+        """Write what is recorded every `flush_ms` from a thread of its own, until `stop`."""
+        if not self.settings.enabled or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="pipeframe-servicelog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread after writing what it holds."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.flush_ms / 1000):
+            self.flush()
+
+    def flush(self) -> int:
+        """Write what was recorded: the rows written. A table whose write fails keeps its rows for the next flush."""
+        written = 0
+        with self._write:
+            for table in SERVICE_TABLES:
+                with self._lock:
+                    rows, self._rows[table] = self._rows[table], []
+                if not rows:
+                    continue
+                try:
+                    self._append(table, rows)
+                    written += len(rows)
+                except Exception as exc:  # noqa: BLE001 — storage unavailable: kept, tried again
+                    log.warning("pipeframe could not write %d rows to %s (kept for the next write): %s", len(rows),
+                                table.qualified, first_line(exc))
+                    with self._lock:
+                        self._rows[table][:0] = rows[-MAX_BUFFERED:]
+            self._expire()
+        return written
+
+    def ensure(self) -> None:
+        """Create the service tables that are missing (a deploy does, so that pipes can read them at once)."""
+        if self.settings.enabled:
+            for table in SERVICE_TABLES:
+                self._create(table, self.warehouse())
+
+    def _append(self, table: ServiceTable, rows: list[dict]) -> None:
+        from pipeframe.engine import tables
+
+        warehouse = self.warehouse()
+        self._create(table, warehouse)
+        path = table.path(warehouse.uri)
+        frame = arrow_rows(table, rows)
+        folder = local_folder(path) if warehouse.shares_disk else None
+        if folder is not None:
+            with table_lock(path):
+                if deltaappend.append(folder, frame, on_checkpoint=tables.checkpoint_later(warehouse.spark, path)) \
+                        is not None:
+                    return
+        writer = warehouse.spark.createDataFrame(frame.to_pandas(), schema=ddl(table)).write.format("delta") \
+            .mode("append")
+        with table_lock(path):
+            retrying(lambda: writer.save(path))
+
+    def _create(self, table: ServiceTable, warehouse: Warehouse) -> None:
+        if table in self._made:
+            return
+        path = table.path(warehouse.uri)
+        folder = local_folder(path) if warehouse.shares_disk else None
+        if folder is not None and (deltaappend.create(folder, list(table.columns), description=table.description)
+                                   is not None or deltaappend.writable(folder)):  # made now, or there already
+            self._made.add(table)
+            return
+        sql = f"CREATE TABLE IF NOT EXISTS {quote_path(path)} ({ddl(table)}) USING delta"
+        retrying(lambda: warehouse.spark.sql(sql))
+        self._made.add(table)
+
+    def _expire(self) -> None:
+        """Delete the rows older than `retention_days` (at most once an hour; a table not made yet: nothing)."""
+        now = time.monotonic()
+        if now - self._expired_at < RETENTION_EVERY or not self._made:
+            return
+        self._expired_at = now
+        cutoff = (self.clock() - timedelta(days=self.settings.retention_days)).strftime("%Y-%m-%d %H:%M:%S")
+        for table in self._made:
+            column = table.columns[0][0]  # the time of the row
+            try:
+                warehouse = self.warehouse()
+                warehouse.spark.sql(f"DELETE FROM {quote_path(table.path(warehouse.uri))} "
+                                    f"WHERE `{column}` < TIMESTAMP '{cutoff}'")
+            except Exception as exc:  # noqa: BLE001 — tried again in an hour
+                log.warning("pipeframe could not delete expired rows of %s: %s", table.qualified, first_line(exc))
+
+
+def ddl(table: ServiceTable) -> str:
+    return ", ".join(f"`{name}` {type_}" for name, type_ in table.columns)
+
+
+def arrow_rows(table: ServiceTable, rows: list[dict]) -> pa.Table:
+    """Recorded rows as an Arrow table of the service table's columns (timestamps in UTC)."""
+    import pyarrow as pa
+
+    types = {"TIMESTAMP": pa.timestamp("us", "UTC"), "STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
+             "DOUBLE": pa.float64(), "MAP<STRING, STRING>": pa.map_(pa.string(), pa.string())}
+    return pa.table({name: pa.array([r[name] for r in rows], types[type_]) for name, type_ in table.columns})

@@ -1,0 +1,172 @@
+"""Service datasources through a real server on real Spark + Delta: every endpoint request a client makes lands in
+`pipeframe.pipe_stats` (its pipe, status, PF code, parameters without the token, rows answered, engine), every group
+commit, refresh, populate and deploy in `pipeframe.ops_log`; pipes read them (the example project's
+`endpoint_health` among them), by the read path and by Spark alike."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pipeframe.project import Project
+from pipeframe.server import RunningServer, Service, start_server
+from tests.spark.conftest import deployed, until
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = "svc-admin-secret"
+READER = "svc-reader-secret"
+ORDERS = """\
+SCHEMA >
+    `ts` DateTime `json:$.ts`,
+    `org_id` Int32 `json:$.org_id`,
+    `amount` Float64 `json:$.amount`
+"""
+BY_ORG = """\
+TOKEN "reader" READ
+NODE endpoint
+SQL >
+    %
+    SELECT org_id, count() AS orders, sum(amount) AS amount FROM orders
+    WHERE org_id = {{ Int32(org_id, description="The organization") }}
+    GROUP BY org_id
+TYPE endpoint
+"""
+DAILY = """\
+NODE daily
+SQL >
+    SELECT toStartOfDay(ts) AS day, org_id, count() AS orders FROM orders GROUP BY day, org_id
+TYPE materialized
+DATASOURCE daily
+"""
+ERRORS = """\
+NODE endpoint
+SQL >
+    SELECT pipe_name, status_code, error_code, count() AS requests, sum(result_rows) AS rows_answered,
+           countIf(token_name = 'reader') AS by_reader
+    FROM pipeframe.pipe_stats
+    WHERE pipe_name IN ('by_org', 'nope')
+    GROUP BY pipe_name, status_code, error_code
+    ORDER BY pipe_name, status_code, error_code
+TYPE endpoint
+"""
+OPS = """\
+NODE endpoint
+SQL >
+    SELECT event_type, datasource_name, pipe_name, result, sum(rows) AS rows, sum(rows_quarantine) AS quarantined,
+           count() AS operations, max(strategy) AS strategy
+    FROM tinybird.datasources_ops_log
+    WHERE datasource_name = 'orders' OR pipe_name = 'daily' OR event_type = 'deploy'
+    GROUP BY 1, 2, 3, 4
+TYPE endpoint
+"""
+
+
+@pytest.fixture(scope="module")
+def project(spark, spark_config) -> Project:
+    health = (ROOT / "example_project" / "pipes" / "endpoint_health.pipe").read_text(encoding="utf-8")
+    return deployed(spark, spark_config, "service_datasources", {
+        "datasources/orders.datasource": ORDERS, "pipes/by_org.pipe": BY_ORG, "pipes/daily.pipe": DAILY,
+        "pipes/request_errors.pipe": ERRORS, "pipes/ops.pipe": OPS, "pipes/endpoint_health.pipe": health,
+    }, f"tokens:\n  admin: {ADMIN}\n  reader: {READER}\n")
+
+
+@pytest.fixture(scope="module")
+def server(project: Project) -> Iterator[tuple[Service, str]]:
+    service = Service(project)
+    running: RunningServer = start_server(service, port=0)
+    yield service, running.url
+    running.stop()
+
+
+def get(http: httpx.Client, path: str, secret: str = ADMIN, **params) -> httpx.Response:
+    return http.get(path, params=params, headers={"Authorization": f"Bearer {secret}"})
+
+
+def test_every_request_and_operation_is_recorded_and_readable_by_pipes(project: Project, server) -> None:
+    service, url = server
+    rng = random.Random(3701)
+    rows = [{"ts": f"2026-11-{rng.randint(1, 3):02d} 10:00:00", "org_id": rng.randint(1, 4),
+             "amount": rng.randint(1, 100)} for _ in range(60)]
+    log = service.runtime.service_log
+    with httpx.Client(base_url=url, timeout=300) as http:
+        body = "".join(json.dumps(r) + "\n" for r in rows) + '{"ts": "not a time", "org_id": 1}\n'
+        sent = http.post("/v0/events", params={"name": "orders", "wait": "true"}, content=body,
+                         headers={"Authorization": f"Bearer {ADMIN}"})
+        assert sent.status_code in (200, 202), sent.text
+        seen: Counter = Counter()  # (pipe, status, code) → requests, as the client saw them
+        answered: Counter = Counter()  # pipe → rows answered
+        for _ in range(40):
+            pick = rng.random()
+            if pick < 0.6:  # a good request, by the reader's token in the query string or the admin's header
+                org = rng.randint(1, 5)
+                secret = rng.choice([ADMIN, READER])
+                response = http.get("/v0/pipes/by_org.json", params={"org_id": org, "token": secret}) \
+                    if secret == READER else get(http, "/v0/pipes/by_org.json", org_id=org)
+            elif pick < 0.8:
+                response = get(http, "/v0/pipes/by_org.json", org_id="not-a-number")
+            else:
+                response = get(http, "/v0/pipes/nope.json")
+            data = response.json()
+            seen[(response.url.path.split("/")[-1].removesuffix(".json"), response.status_code,
+                  data.get("code", ""))] += 1
+            answered[response.url.path] += len(data.get("data", []))
+        assert {status for _, status, _ in seen} == {200, 400, 404}
+        log.flush()  # written every `service_log.flush_ms` in the background; now, for the test
+
+        recorded = get(http, "/v0/pipes/request_errors.json").json()
+        assert recorded["statistics"]["engine"] == "duckdb"
+        by_key = {(r["pipe_name"], r["status_code"], r["error_code"]): r for r in recorded["data"]}
+        assert {k: r["requests"] for k, r in by_key.items()} == dict(seen)
+        assert sum(r["rows_answered"] for r in recorded["data"]) == sum(answered.values())
+        assert by_key[("by_org", 200, "")]["by_reader"] > 0
+        # The read path and Spark answer the same from the same table.
+        assert [tuple(r.values()) for r in recorded["data"]] == \
+            [tuple(r) for r in project.query("request_errors").collect()]
+
+        # The token never reaches the table: not in the URL kept, not among the parameters (a map, as Tinybird's).
+        kept = project.query("SELECT url, parameters, parameters['org_id'] AS org FROM pipeframe.pipe_stats "
+                             "WHERE token_name = 'reader'").collect()
+        assert kept and all(READER not in r["url"] and "token=***" in r["url"] and set(r["parameters"]) == {"org_id"}
+                            and f"org_id={r['org']}" in r["url"] for r in kept)
+
+        # The example project's monitoring endpoint over the same rows.
+        health = {r["pipe_name"]: r for r in get(http, "/v0/pipes/endpoint_health.json", hours=48).json()["data"]}
+        assert health["by_org"]["requests"] == sum(n for (pipe, *_), n in seen.items() if pipe == "by_org")
+        assert health["by_org"]["errors"] == sum(n for (pipe, status, _), n in seen.items()
+                                                 if pipe == "by_org" and status >= 400)
+
+        # Operations: the deploy, the group commit (its rows and the misfit quarantined), the view's refresh.
+        def ops() -> dict:
+            log.flush()
+            answer = get(http, "/v0/pipes/ops.json").json()["data"]
+            return {(r["event_type"], r["datasource_name"] or r["pipe_name"]): r for r in answer}
+
+        found = until(lambda: ("refresh", "daily") in ops(), True)
+        assert found, ops()
+        done = ops()
+        assert done[("append", "orders")]["rows"] == len(rows) and done[("append", "orders")]["quarantined"] == 1
+        assert done[("append", "orders")]["result"] == "ok"
+        assert done[("refresh", "daily")]["rows"] == len(rows) and done[("refresh", "daily")]["strategy"]
+        assert ("deploy", "") in done
+
+        minutes = get(http, "/v0/service/requests", minutes=60).json()["data"]
+        assert sum(m["requests"] for m in minutes if m["pipe_name"] == "by_org") == \
+            health["by_org"]["requests"]
+        assert all(m["p50_ms"] <= m["p95_ms"] for m in minutes)
+        assert get(http, "/v0/service/requests", READER).status_code == 403
+
+
+def test_a_populate_is_recorded_with_its_rows(project: Project) -> None:
+    before = project.query("SELECT count(*) FROM pipeframe.ops_log WHERE event_type = 'populate'").first()[0]
+    results = project.populate("daily", truncate=True)
+    project.runtime.service_log.flush()  # the server's runtime writes every `flush_ms`: now, for the test
+    populated = project.query("SELECT rows, result, elapsed_time FROM pipeframe.ops_log "
+                              "WHERE event_type = 'populate' AND pipe_name = 'daily' ORDER BY timestamp").collect()
+    assert len(populated) == before + 1
+    assert populated[-1]["result"] == "ok" and populated[-1]["rows"] == sum(r.rows or 0 for r in results) > 0
