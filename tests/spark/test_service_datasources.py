@@ -48,7 +48,7 @@ ERRORS = """\
 NODE endpoint
 SQL >
     SELECT pipe_name, status_code, error_code, count() AS requests, sum(result_rows) AS rows_answered,
-           countIf(token_name = 'reader') AS by_reader
+           countIf(token_name = 'reader') AS by_reader, max(parameters['org_id']) AS some_org
     FROM pipeframe.pipe_stats
     WHERE pipe_name IN ('by_org', 'nope')
     GROUP BY pipe_name, status_code, error_code
