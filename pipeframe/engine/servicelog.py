@@ -138,7 +138,8 @@ class ServiceLog:
                                 table.qualified, first_line(exc))
                     with self._lock:
                         self._rows[table][:0] = rows[-MAX_BUFFERED:]
-            self._expire()
+            if time.monotonic() - self._expired_at >= RETENTION_EVERY:
+                self.expire()
         return written
 
     def ensure(self) -> None:
@@ -178,12 +179,9 @@ class ServiceLog:
         retrying(lambda: warehouse.spark.sql(sql))
         self._made.add(table)
 
-    def _expire(self) -> None:
-        """Delete the rows older than `retention_days` (at most once an hour; a table not made yet: nothing)."""
-        now = time.monotonic()
-        if now - self._expired_at < RETENTION_EVERY or not self._made:
-            return
-        self._expired_at = now
+    def expire(self) -> None:
+        """Delete the rows older than `retention_days` (`flush` does, once an hour; a table not made yet: nothing)."""
+        self._expired_at = time.monotonic()
         cutoff = (self.clock() - timedelta(days=self.settings.retention_days)).strftime("%Y-%m-%d %H:%M:%S")
         for table in self._made:
             column = table.columns[0][0]  # the time of the row

@@ -29,7 +29,8 @@ def add_docs_routes(app: FastAPI, service: Service) -> None:
     @app.get("/v0/openapi.json", include_in_schema=False)
     def openapi(request: Request) -> dict:
         caller = service.authenticate(auth.token_of(request))
-        return openapi_document(app, service, service.readable_pipes(caller))
+        return openapi_document(app, service, [(pipe, service.settable(pipe, caller))
+                                               for pipe in service.readable_pipes(caller)])
 
     # Swagger UI's files come from the fastapi-offline package, not a CDN: /docs works without internet.
     app.mount(DOCS_ASSETS, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="docs-assets")
@@ -47,8 +48,8 @@ def add_docs_routes(app: FastAPI, service: Service) -> None:
 DOCS_ASSETS = "/docs/assets"
 
 
-def openapi_document(app: FastAPI, service: Service, pipes: list[CompiledPipe]) -> dict:
-    """The routes of `app` plus one path per endpoint pipe and format, from the pipes' declared parameters.
+def openapi_document(app: FastAPI, service: Service, pipes: list[tuple[CompiledPipe, list[Parameter]]]) -> dict:
+    """The routes of `app` plus one path per endpoint pipe and format, with the parameters a request may set.
 
     Built per request from the service's current project, so it follows every reload."""
     project = service.project
@@ -61,9 +62,9 @@ def openapi_document(app: FastAPI, service: Service, pipes: list[CompiledPipe]) 
                                          "token": {"type": "apiKey", "in": "query", "name": "token"}}
         doc["security"] = [{"bearer": []}, {"token": []}]
     paths = doc.setdefault("paths", {})
-    for pipe in pipes:
+    for pipe, parameters in pipes:
         for fmt in FORMATS:
-            paths[f"/v0/pipes/{pipe.name}.{fmt}"] = {"get": pipe_operation(pipe, fmt)}
+            paths[f"/v0/pipes/{pipe.name}.{fmt}"] = {"get": pipe_operation(pipe, parameters, fmt)}
     return doc
 
 
@@ -80,7 +81,7 @@ ANSWER_SCHEMA = {"type": "object", "properties": {
                                                     "bytes_read": {"type": "integer"}}}}}
 
 
-def pipe_operation(pipe: CompiledPipe, fmt: str) -> dict:
+def pipe_operation(pipe: CompiledPipe, parameters: list[Parameter], fmt: str) -> dict:
     description = pipe.definition.description
     answer = {"json": ANSWER_SCHEMA, "csv": {"type": "string"}, "ndjson": {"type": "string"}}[fmt]
     error = {"description": "", "content": {"application/json": {"schema": {"$ref":
@@ -90,7 +91,7 @@ def pipe_operation(pipe: CompiledPipe, fmt: str) -> dict:
         "summary": (description.splitlines() or [f"Call {pipe.name}"])[0],
         "description": description,
         "tags": ["endpoints"],
-        "parameters": [parameter_spec(p) for p in pipe.parameters],
+        "parameters": [parameter_spec(p) for p in parameters],
         "responses": {
             "200": {"description": f"The rows as {fmt}", "content": {FORMATS[fmt].split(";")[0]: {"schema": answer}}},
             "400": {**error, "description": "A bad or missing parameter (named in `parameter`)"},

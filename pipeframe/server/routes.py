@@ -43,7 +43,8 @@ def add_pipe_routes(app: FastAPI, service: Service) -> None:
         """Every endpoint pipe the token may read, with its description, URL and typed parameters."""
         caller = service.authenticate(auth.token_of(request))
         return {"pipes": [{"name": pipe.name, "description": pipe.definition.description,
-                           "url": f"/v0/pipes/{pipe.name}.json", "parameters": [p.to_json() for p in pipe.parameters]}
+                           "url": f"/v0/pipes/{pipe.name}.json",
+                           "parameters": [p.to_json() for p in service.settable(pipe, caller)]}
                           for pipe in service.readable_pipes(caller)]}
 
     @app.get("/v0/pipes/{pipe_file}", include_in_schema=False)  # documented per pipe by `openapi_document`

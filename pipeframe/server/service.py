@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pipeframe.engine.materialize import ViewRefresh
     from pipeframe.plan.snapshot import DeployedResource, DeployedSnapshot
     from pipeframe.project import Project
+    from pipeframe.templating.parameters import Parameter
 
 log = logging.getLogger("pipeframe.server")
 
@@ -152,6 +153,12 @@ class Service:
         deployed = {name: endpoints.deployed.get(ResourceKey.pipe(name)) for name in endpoints.names}
         return [endpoints.compiled.pipes[name] for name, resource in deployed.items()
                 if resource is not None and auth.may(caller, resource, "READ")]
+
+    def settable(self, pipe: CompiledPipe, caller: auth.Caller) -> list[Parameter]:
+        """The parameters of `pipe` a request by `caller` may set: a signed token's fixed ones are not (documented
+        neither in `GET /v0/pipes` nor in the OpenAPI document it reads)."""
+        fixed = caller.fixed_params(pipe.name) if isinstance(caller, TenantToken) else {}
+        return [p for p in pipe.parameters if p.name not in fixed]
 
     def call(self, pipe: str, params: dict[str, Any], caller: auth.Caller) -> EndpointResult:
         """Run an endpoint; a table that vanished under the query (a deploy or drop elsewhere) is retried once on

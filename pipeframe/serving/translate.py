@@ -84,6 +84,7 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Filter,
     exp.Anonymous, exp.Interval, exp.RegexpLike, exp.RegexpReplace, exp.DateDiff, exp.AddMonths,
     exp.JSONExtractScalar, exp.JSONPath, exp.JSONPathRoot, exp.JSONPathKey, exp.JSONPathSubscript,
+    exp.Bracket,  # a string-keyed map's only (`_bracket`)
 })
 # Rendered with a transform of this module (see `_transform`).
 # Spark functions sqlglot knows by no class: name → how DuckDB calls them.
@@ -548,11 +549,22 @@ def _anonymous(node: exp.Expr) -> exp.Expr:
     return exp.func(ANONYMOUS[name], *args)
 
 
+def _bracket(node: exp.Expr) -> exp.Expr:
+    """`m['key']` of a MAP with string keys: NULL for a missing key in both (DuckDB's `[]` gives the value since 1.1).
+    An array's `a[0]` (0-based in Spark, 1-based in DuckDB) and a map with other keys are left to Spark."""
+    container = node.this.type if isinstance(node.this, exp.Expr) else None
+    keys = container.expressions[0] if container is not None and container.is_type(exp.DType.MAP) and \
+        container.expressions else None
+    if keys is None or not keys.is_type(*exp.DataType.TEXT_TYPES) or len(node.expressions) != 1:
+        raise Untranslatable("`[]`", "not translated to DuckDB with Spark's meaning (only a string-keyed map's)")
+    return node
+
+
 _HANDLERS: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr]] = {
     exp.Div: _divide, exp.IntDiv: _divide, exp.Mod: _divide, exp.Round: _round, exp.Like: _like,
     exp.ILike: _like, exp.Anonymous: _anonymous, exp.CountIf: _count_if, exp.Substring: _substring,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Interval: _interval, exp.RegexpLike: _regex,
-    exp.RegexpReplace: _regex, exp.JSONExtractScalar: _json_value,
+    exp.RegexpReplace: _regex, exp.JSONExtractScalar: _json_value, exp.Bracket: _bracket,
 }
 
 

@@ -335,6 +335,11 @@ def test_a_signed_token_reads_only_its_pipes_and_its_own_rows(http, project, ser
     documented = http.get("/v0/openapi.json", params={"token": org42}).json()["paths"]
     assert {p for p in documented if p.startswith("/v0/pipes/")} == {
         f"/v0/pipes/org_orders.{fmt}" for fmt in ("json", "csv", "ndjson")}
+    # The pinned parameter is not offered to the tenant (the admin's document has it).
+    assert documented["/v0/pipes/org_orders.json"]["get"]["parameters"] == []
+    assert [p["name"] for p in http.get("/v0/pipes", params={"token": org42}).json()["pipes"][0]["parameters"]] == []
+    admin_doc = http.get("/v0/openapi.json", headers=ADMIN).json()["paths"]["/v0/pipes/org_orders.json"]["get"]
+    assert [p["name"] for p in admin_doc["parameters"]] == ["org_id"]
     signed = {"Authorization": f"Bearer {org42}"}
     refused = http.get("/v0/pipes/top.json", headers=signed)
     assert "org42" in assert_error(refused, 403, "PF813")["error"] and org42 not in refused.text

@@ -48,7 +48,7 @@ ERRORS = """\
 NODE endpoint
 SQL >
     SELECT pipe_name, status_code, error_code, count() AS requests, sum(result_rows) AS rows_answered,
-           countIf(token_name = 'reader') AS by_reader
+           countIf(token_name = 'reader') AS by_reader, max(parameters['org_id']) AS some_org
     FROM pipeframe.pipe_stats
     WHERE pipe_name IN ('by_org', 'nope')
     GROUP BY pipe_name, status_code, error_code
@@ -170,3 +170,23 @@ def test_a_populate_is_recorded_with_its_rows(project: Project) -> None:
                               "WHERE event_type = 'populate' AND pipe_name = 'daily' ORDER BY timestamp").collect()
     assert len(populated) == before + 1
     assert populated[-1]["result"] == "ok" and populated[-1]["rows"] == sum(r.rows or 0 for r in results) > 0
+
+
+def test_rows_older_than_the_retention_are_deleted(project: Project) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from pipeframe.config import ServiceLogSettings
+    from pipeframe.engine.servicelog import ServiceLog
+
+    now = datetime.now(UTC)
+    clock = [now - timedelta(days=3, minutes=1)]
+    log = ServiceLog(lambda: project.warehouse, ServiceLogSettings(retention_days=3), clock=lambda: clock[0])
+    log.operation("optimize", datasource="retention_old")
+    clock[0] = now - timedelta(days=2, hours=23)
+    log.operation("optimize", datasource="retention_kept")
+    log.flush()
+    names = "SELECT datasource_name FROM pipeframe.ops_log WHERE datasource_name LIKE 'retention_%' ORDER BY 1"
+    assert [r[0] for r in project.query(names).collect()] == ["retention_kept", "retention_old"]
+    clock[0] = now
+    log.expire()
+    assert [r[0] for r in project.query(names).collect()] == ["retention_kept"]

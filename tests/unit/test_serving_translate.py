@@ -13,7 +13,8 @@ from pipeframe.serving import sketches, translate
 from pipeframe.serving.translate import Untranslatable
 
 SCHEMA = {"t": {"n": "INT", "big": "BIGINT", "x": "DOUBLE", "s": "STRING", "ts": "TIMESTAMP", "d": "DECIMAL(10,2)",
-                "h": "BINARY"}}
+                "h": "BINARY"},
+          "m": {"p": "MAP<STRING, STRING>", "a": "ARRAY<INT>", "im": "MAP<INT, STRING>"}}
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +26,8 @@ def db() -> duckdb.DuckDBPyConnection:
     con.execute("INSERT INTO t VALUES (7, 9223372036854775000, 2.675, 'héllo', '2024-05-01 10:30:00+00', 1.25, "
                 "NULL), (-7, 1, 1.005, NULL, '2024-05-01 23:59:59+00', 2.50, NULL), (0, 2, -0.5, 'ab', NULL, NULL, "
                 "NULL)")
+    con.execute("CREATE TABLE m (p MAP(VARCHAR, VARCHAR), a INTEGER[], im MAP(INTEGER, VARCHAR))")
+    con.execute("INSERT INTO m VALUES (MAP {'org': '42', 'q': 'x'}, [5, 6], MAP {0: 'zero'}), (MAP {}, [], MAP {})")
     sketches.register(con)
     return con
 
@@ -103,6 +106,8 @@ def test_json_values_whose_text_spark_gives_alike_are_read_and_others_raise_for_
     ("SELECT x FROM db.t", "db.t"),
     ("SELECT s LIKE 'a!%' ESCAPE '!' FROM t", "ESCAPE"),
     ("SELECT CAST(x AS INTERVAL DAY) FROM t", "INTERVAL"),
+    ("SELECT a[0] FROM m", "[]"),  # 0-based in Spark, 1-based in DuckDB
+    ("SELECT im[0] FROM m", "[]"),  # an integer key sqlglot would shift like an array's index
 ])
 def test_what_has_no_translation_is_refused_by_name(sql, construct):
     with pytest.raises(Untranslatable) as refused:
@@ -201,3 +206,9 @@ def test_a_time_literal_outside_a_comparison_is_no_parameter():
 
     sql = "SELECT CAST('2024-05-01' AS DATE) AS d, a FROM t WHERE d IN (CAST('2024-05-02' AS DATE))"
     assert shape(sql).parameters(parse(sql)) == {}
+
+
+def test_a_string_keyed_maps_value_is_read_and_a_missing_key_is_null(db):
+    # Spark: map['org'] → '42', a missing key → NULL (as pipeframe.pipe_stats' parameters are read)
+    rows, _ = run(db, "SELECT p['org'] AS org, p['nope'] AS nope FROM m ORDER BY org NULLS LAST")
+    assert rows == [("42", None), (None, None)]
