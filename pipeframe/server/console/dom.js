@@ -13,6 +13,14 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// svg("rect", {width: 10}): an SVG element with attributes and children.
+export function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, value);
+  el.append(...children);
+  return el;
+}
+
 // A cell's text: null as an empty cell, nested values as JSON.
 export function cellText(value) {
   if (value === null || value === undefined) return "";

@@ -2,9 +2,8 @@
 // reads), nodes ordered within a column by where their sources sit, edges styled by what they mean.
 
 import { api } from "./api.js";
-import { errorNote, fill, h } from "./dom.js";
+import { errorNote, fill, h, svg as s } from "./dom.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 176, NODE_H = 46, GAP_X = 84, GAP_Y = 22, PAD = 24;
 
 export const KINDS = {
@@ -19,13 +18,6 @@ const RELATIONS = {
   triggers: "new rows trigger", lookup: "looked up (dimension)", writes: "writes", copies: "copies into",
   reads: "reads",
 };
-
-function s(tag, attrs = {}, ...children) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, value);
-  el.append(...children);
-  return el;
-}
 
 // Each node's column (longest path from a source) and row (ordered by the mean row of its sources).
 export function layout(nodes, edges) {

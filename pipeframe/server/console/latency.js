@@ -3,17 +3,9 @@
 // answers 404: the chart says so.
 
 import { ApiError, api } from "./api.js";
-import { errorNote, fill, h, number } from "./dom.js";
+import { errorNote, fill, h, number, svg as s } from "./dom.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 const W = 760, H = 300, LEFT = 56, RIGHT = 16, TOP = 16, BARS = 56, BOTTOM = 28;
-
-function s(tag, attrs = {}, ...children) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, value);
-  el.append(...children);
-  return el;
-}
 
 function time(minute) {
   return Date.parse(minute.replace(" ", "T") + "Z");
