@@ -295,6 +295,7 @@ class DevLoop:
         server = start_server(self.service, host, port)
         self.echo(self.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
                               "(Ctrl-C to stop)", bold=True))
+        self.echo(f"  console: http://{host}:{server.port}/ui")
         with interrupted_cleanly():
             try:
                 self.watch(stop)

@@ -24,8 +24,8 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
     Endpoints answer as in Tinybird (GET /v0/pipes/NAME.json|.csv|.ndjson?param=...), events land with
     POST /v0/events?name=DATASOURCE (NDJSON, like `pipeframe append`; group-committed, 202 once committed,
     ?wait=true for 200 once the views applied them), views are kept up to date in the background and managed
-    under /v0/views, and
-    /docs shows the OpenAPI document. Tokens from pipeframe.yaml `tokens:` are enforced when there are any.
+    under /v0/views, /docs shows the OpenAPI document, and /ui is a web console (graph, views, ingest, latency,
+    quarantine, an endpoint playground). Tokens from pipeframe.yaml `tokens:` are enforced when there are any.
     Endpoints are answered by DuckDB over the tables' snapshots, by Spark where that cannot answer as Spark would
     (`statistics.engine` says which; `--engine spark` answers every one with Spark).
     The project must be deployed first (`pipeframe deploy`).
@@ -51,6 +51,7 @@ def serve(host: str, port: int, project_dir: str, env: str | None, engine: str) 
             if len(names) > 5:
                 click.echo(f"  ... {len(names) - 5} more at {running.url}/v0/pipes")
             click.echo(f"  docs: {running.url}/docs")
+            click.echo(f"  console: {running.url}/ui")
             _jobs(project)
             if service.tokens_enforced:
                 click.echo(f"  tokens: enforced ({len(project.config.tokens)} static"
