@@ -189,13 +189,19 @@ class Service:
     def log_request(self, request: Any, pipe: str, caller: auth.Caller, status: int, code: str, seconds: float,
                     result: EndpointResult | None) -> None:
         """An endpoint request answered, into `pipeframe.pipe_stats` (recorded in memory, written in the background):
-        its parameters without the token, its URL with the token hidden."""
+        the parameters the pipe ran with (a signed token's fixed ones, not what the request sent under their names)
+        without the token, and its URL with the token hidden."""
         query = request.query_params
+        parameters = {k: ",".join(query.getlist(k)) for k in query if k != "token"}
+        if isinstance(caller, TenantToken):
+            for name, value in caller.fixed_params(pipe).items():
+                fixed = query_value(value)
+                parameters[name] = fixed if isinstance(fixed, str) else ",".join(fixed)
         self.runtime.service_log.request(
             pipe=pipe, status=status, seconds=seconds, engine=result.engine if result is not None else None,
             token_name=auth.caller_name(caller), method=request.method,
             url=auth.hidden(str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")),
-            parameters={k: ",".join(query.getlist(k)) for k in query if k != "token"}, error_code=code,
+            parameters=parameters, error_code=code,
             read_rows=result.rows_read if result is not None else 0,
             read_bytes=result.bytes_read if result is not None else 0,
             result_rows=len(result.data) if result is not None else 0,
