@@ -108,7 +108,10 @@ class ServiceLog:
     # ------------------------------------------------------------------------------------------ writing
     def start(self, _service: Any = None) -> None:
         """Write what is recorded every `flush_ms` from a thread of its own, until `stop`."""
-        if not self.settings.enabled or self._thread is not None:
+        if self._thread is not None:
+            return
+        if not self.settings.enabled:
+            self.ensure()  # nothing to write, but pipes may read them
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="pipeframe-servicelog", daemon=True)
