@@ -1,7 +1,7 @@
 """Service datasources without a JVM: pipes read `pipeframe.pipe_stats` and `pipeframe.ops_log` (and Tinybird's names
 for them) with their columns checked at compile time, a materialized view may not read them, their relation names
 are reserved; `service_log:` settings; the per-minute latency summary the console draws. (Written and read through
-a server: tests/spark/test_service_datasources.py.)"""
+a server: tests/spark/test_service_log_served.py.)"""
 
 from __future__ import annotations
 
