@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeframe.compiler.graph import ResourceKey
+from pipeframe.compiler.service import PIPE_STATS
 from pipeframe.engine.conflicts import local_folder
 from pipeframe.errors import PipeframeError
 from pipeframe.runtime import Job as BackgroundJob
@@ -211,8 +212,11 @@ class Service:
         """Per minute and endpoint over the last `minutes` (from `pipeframe.pipe_stats`, by the read path): requests,
         errors, and the median and 95th percentile of their durations in ms, to within 5% (counted in buckets a
         tenth of a natural log wide, so the answer's size does not grow with the requests)."""
+        project = self.project
+        if project.reader.snapshots.version(PIPE_STATS.path(project.config.warehouse_uri)) < 0:
+            return []  # no request written yet (or a warehouse from before the service log)
         since = (datetime.now(UTC) - timedelta(minutes=minutes)).strftime("%Y-%m-%d %H:%M:%S")
-        answer = self.project.read(
+        answer = project.read(
             "SELECT date_trunc('minute', start_datetime) AS minute, pipe_name, "
             f"CAST(round(ln(greatest(duration * 1000, 0.001)) * {LATENCY_BUCKETS}) AS INT) AS bucket, "
             "count(*) AS requests, sum(error) AS errors FROM pipeframe.pipe_stats "
