@@ -310,12 +310,14 @@ class Server:
 
     def __init__(self, root: Path, log_path: Path, options: Sequence[str] = (), code: Path = BENCH.parent) -> None:
         self.log_path = log_path
-        # The server runs this checkout's pipeframe, as this process does (or the one at `code`).
+        # The server runs this checkout's pipeframe, as this process does (or the one at `code`): started in `code`,
+        # as `python -m` puts the working directory first on sys.path, before PYTHONPATH.
         path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=path)
         self.out = log_path.open("w")
-        self.process = subprocess.Popen([sys.executable, "-m", "pipeframe", "serve", "-p", str(root), "--port", "0",
-                                         *options], stdout=self.out, stderr=subprocess.STDOUT, env=env)
+        self.process = subprocess.Popen([sys.executable, "-m", "pipeframe", "serve", "-p", str(Path(root).resolve()),
+                                         "--port", "0", *options], stdout=self.out, stderr=subprocess.STDOUT, env=env,
+                                        cwd=code)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             found = re.search(r"on (http://[\d.]+:\d+)", log_path.read_text())

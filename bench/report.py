@@ -531,11 +531,15 @@ def write(results: dict, page: Path) -> None:
     import local_bench
     import retract_bench
     import serve_bench
+    import serve_side_by_side
 
     charts(results, page.parent / "img")
     text = render(results)
     if "serve" in results:
         text = insert_section(text, serve_bench.SECTION, serve_bench.section(results["serve"]), serve_bench.BEFORE)
+    if "serve_side_by_side" in results:
+        text = insert_section(text, serve_side_by_side.SECTION, serve_side_by_side.section(results["serve_side_by_side"]),
+                              serve_side_by_side.BEFORE)
     if "ingest" in results:
         text = insert_section(text, ingest_bench.SECTION,
                               ingest_bench.section(results["ingest"]).rstrip("\n").splitlines(), ingest_bench.BEFORE)

@@ -48,9 +48,14 @@ class Runtime:
     new one after each deploy, a deploy made elsewhere is followed)."""
 
     def __init__(self, project: Project) -> None:
+        from pipeframe.engine.servicelog import ServiceLog
+
         self.current: Callable[[], Project] = lambda: project
         self.jobs: list[Job] = []
         self.serving = False  # a server decides the project (`serve`)
+        # pipeframe.pipe_stats and pipeframe.ops_log: what this process records about itself (kept across a stop:
+        # the requests a server answers while it shuts down are written by its last flush)
+        self.service_log = ServiceLog(lambda: self.current().warehouse, project.config.service_log)
         self._build(project)
 
     def _build(self, project: Project) -> None:
@@ -59,10 +64,7 @@ class Runtime:
         from pipeframe.connectors.s3 import S3Imports
         from pipeframe.engine.continuous import ContinuousMaterializer
         from pipeframe.engine.groupcommit import GroupCommitter
-        from pipeframe.engine.servicelog import ServiceLog
 
-        # pipeframe.pipe_stats and pipeframe.ops_log: what this process records about itself
-        self.service_log = ServiceLog(lambda: self.current().warehouse, project.config.service_log)
         self.materializer: ContinuousMaterializer = ContinuousMaterializer(lambda: self.current().materializer(),
                                                                            project.config.ingest.poll_ms)
         self.materializer.on_round.append(self.service_log.refreshed)

@@ -307,8 +307,18 @@ class Compiler:
                 self.sink.error("PF105", f"Pipe `{pipe.name}` has the name of datasource `{pipe.name}` but does not "
                                 "write it.", "Rename one of them; only a materialized or copy pipe may share the name "
                                 "of the datasource it writes.", pipe.location)
+        self.service_reads: dict[str, str] = {}  # pipe → a service datasource it reads itself
         for pipe in self.resources.pipes:
             self._parse_pipe(pipe, targets)
+        for pipe in self.resources.pipes:
+            via = self._service_through(pipe.name, {pipe.name}) if pipe.type == "materialized" and \
+                pipe.name not in self.service_reads else None
+            if via is not None:
+                self.sink.error("PF312", f"Materialized pipe `{pipe.name}` reads the service datasource "
+                                f"`{BY_RELATION[self.service_reads[via]].qualified}` through pipe `{via}`, whose "
+                                "rows trigger no refresh.", "Read it from an endpoint, or from a copy pipe on a "
+                                "schedule (TYPE copy, COPY_SCHEDULE) that fills a datasource a view can read.",
+                                pipe.location)
         from pipeframe.connectors.spec import check_connections
 
         self.sink.extend(check_connections(self.resources.connections, self.resources.datasources))
@@ -401,6 +411,7 @@ class Compiler:
                     self.sink.error("PF301", f"Node `{node.name}` reads itself.", "Read an earlier node or a "
                                     "datasource.", where)
                 elif name in BY_RELATION:  # pipeframe's own table: not a resource of the graph
+                    self.service_reads.setdefault(pipe.name, name)
                     if pipe.type == "materialized":
                         self.sink.error("PF312", f"Materialized pipe `{pipe.name}` reads the service datasource "
                                         f"`{BY_RELATION[name].qualified}`, whose rows trigger no refresh.",
@@ -430,6 +441,17 @@ class Compiler:
                         reads.append(name)
             seen_nodes.append(node.name)
         self.reads[pipe.name] = reads
+
+    def _service_through(self, name: str, seen: set[str]) -> str | None:
+        """The pipe `name` reads (or a pipe those read, ...) that reads a service datasource itself, if any."""
+        for read in self.reads.get(name, []):
+            if read in self.pipe_defs and read not in self.datasource_defs and read not in seen:
+                seen.add(read)
+                if read in self.service_reads:
+                    return read
+                if (found := self._service_through(read, seen)) is not None:
+                    return found
+        return None
 
     def _scan_pipe(self, pipe: Pipe) -> tuple[NodeScan | tuple[Diagnostic, ...], ...]:
         """Each node rendered and parsed (or its problems), stopping after the output node; the same for the

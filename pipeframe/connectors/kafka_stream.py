@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -173,8 +174,9 @@ class KafkaStream:
                 keys = [key_of(self.topic, p, *left[p]) for p in sorted(left)]
                 lines = streams.lines(frame, left, self.raw)
                 committer = self.runtime.committer
+                started = time.monotonic()
                 try:
-                    version, _landed = committer.ingestor.commit(
+                    version, landed = committer.ingestor.commit(
                         table, Batch(conform_frame_lines(lines, definition), f"kafka {self.topic}"), len(keys), keys,
                         metadata=records.GroupCommit(requests=len(keys), parse="stream"),
                         sizes=streams.sizes(lines, len(keys)))
@@ -182,6 +184,9 @@ class KafkaStream:
                     continue  # another writer landed some of these offsets meanwhile: what is left is committed
                 if version is not None:
                     committer.on_commit(self.name, version)
+                committer.record("append", datasource=self.name, seconds=time.monotonic() - started,
+                                 rows=sum(part.accepted for part in landed),
+                                 rows_quarantine=sum(part.quarantined for part in landed))
                 break
             else:
                 raise PipeframeError("PF718", f"Kafka datasource `{self.name}`: micro-batch {batch_id} was refused "

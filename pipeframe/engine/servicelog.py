@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pipeframe.compiler.service import OPS_LOG, PIPE_STATS, SERVICE_TABLES, ServiceTable
 from pipeframe.engine import deltaappend, session
 from pipeframe.engine.conflicts import local_folder, retrying, table_lock
+from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line, quote_path
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeframe.servicelog")
 MAX_BUFFERED = 100_000  # rows a table keeps while its writes fail
+MAX_REQUEST_ID = 200  # characters of a request's X-Request-Id kept
 RETENTION_EVERY = 3600.0  # seconds between two deletes of expired rows
 
 
@@ -60,7 +62,8 @@ class ServiceLog:
                 read_bytes: int = 0, result_rows: int = 0, user_agent: str = "", request_id: str = "") -> None:
         """One endpoint request answered (`pipeframe.pipe_stats`)."""
         self._record(PIPE_STATS, {
-            "start_datetime": self.clock() - timedelta(seconds=seconds), "request_id": request_id or uuid.uuid4().hex,
+            "start_datetime": self.clock() - timedelta(seconds=seconds),
+            "request_id": request_id[:MAX_REQUEST_ID] or uuid.uuid4().hex,
             "pipe_id": pipe, "pipe_name": pipe, "token_name": token_name or "", "method": method, "url": url,
             "parameters": list(parameters.items()), "status_code": status, "error": int(status >= 400),
             "error_code": error_code, "duration": seconds, "read_rows": read_rows, "read_bytes": read_bytes,
@@ -70,7 +73,7 @@ class ServiceLog:
                   error: BaseException | str | None = None, rows: int = 0, rows_quarantine: int = 0,
                   strategy: str = "", operation_id: str = "") -> None:
         """One operation ended (`pipeframe.ops_log`): `error`, what it failed with (None: it succeeded)."""
-        code = getattr(error, "code", "PF999") if error is not None else ""
+        code = "" if error is None else error.code if isinstance(error, PipeframeError) else "PF999"
         if isinstance(error, str):
             error = RuntimeError(error)
         self._record(OPS_LOG, {
@@ -83,12 +86,14 @@ class ServiceLog:
             self.flush()  # before Spark started, e.g. a missing file, is written with this process's next one)
 
     def refreshed(self, seconds: float, refreshes: list[ViewRefresh]) -> None:
-        """A round of the continuous materializer: a row per view it changed, or failed to."""
+        """A round of refreshes (`seconds` long): a row per view it changed, or failed to change (a view held in error
+        or stale, which the round passed over, is not an operation)."""
         for done in refreshes:
-            if done.outcome in ("applied", "rebuilt", "error", "stale"):
+            held = done.outcome == "error" and (done.message or "").endswith(f"`pipeframe recover {done.view}`)")
+            if done.outcome in ("applied", "rebuilt") or done.outcome == "error" and not held:
                 self.operation("rebuild" if done.outcome == "rebuilt" else "refresh", pipe=done.view,
                                seconds=seconds, rows=done.rows or 0, strategy=done.path or "",
-                               error=(done.message or done.outcome) if done.outcome in ("error", "stale") else None)
+                               error=(done.message or "failed") if done.outcome == "error" else None)
 
     def _record(self, table: ServiceTable, row: dict) -> None:
         if not self.settings.enabled:
@@ -103,7 +108,10 @@ class ServiceLog:
     # ------------------------------------------------------------------------------------------ writing
     def start(self, _service: Any = None) -> None:
         """Write what is recorded every `flush_ms` from a thread of its own, until `stop`."""
-        if not self.settings.enabled or self._thread is not None:
+        if self._thread is not None:
+            return
+        if not self.settings.enabled:
+            self.ensure()  # nothing to write, but pipes may read them
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="pipeframe-servicelog", daemon=True)
@@ -118,17 +126,29 @@ class ServiceLog:
         self.flush()
 
     def _run(self) -> None:
+        self.ensure()
         while not self._stop.wait(self.settings.flush_ms / 1000):
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # a bug: said, and the thread goes on writing
+                log.exception("pipeframe's service log could not write")
 
     def flush(self) -> int:
-        """Write what was recorded: the rows written. A table whose write fails keeps its rows for the next flush."""
+        """Write what was recorded: the rows written. A table whose write fails keeps its rows for the next flush;
+        rows that cannot be typed (a bug) are dropped, said and counted in `dropped`."""
         written = 0
         with self._write:
             for table in SERVICE_TABLES:
                 with self._lock:
                     rows, self._rows[table] = self._rows[table], []
                 if not rows:
+                    continue
+                try:
+                    arrow_rows(table, rows)
+                except (TypeError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+                    self.dropped += len(rows)
+                    log.error("pipeframe dropped %d rows of %s that do not fit its columns: %s", len(rows),
+                              table.qualified, first_line(exc))
                     continue
                 try:
                     self._append(table, rows)
@@ -143,10 +163,13 @@ class ServiceLog:
         return written
 
     def ensure(self) -> None:
-        """Create the service tables that are missing (a deploy does, so that pipes can read them at once)."""
-        if self.settings.enabled:
+        """Create the service tables that are missing, also with `enabled: false` (a deploy and a server's start do,
+        so that pipes read them at once, empty or not). A failure is said, and tried again at the next write."""
+        try:
             for table in SERVICE_TABLES:
                 self._create(table, self.warehouse())
+        except Exception as exc:  # noqa: BLE001 — the warehouse's storage: the next write tries again
+            log.warning("pipeframe could not create its service datasources: %s", first_line(exc))
 
     def _append(self, table: ServiceTable, rows: list[dict]) -> None:
         from pipeframe.engine import tables
@@ -161,8 +184,8 @@ class ServiceLog:
                 if deltaappend.append(folder, frame, on_checkpoint=tables.checkpoint_later(warehouse.spark, path)) \
                         is not None:
                     return
-        writer = warehouse.spark.createDataFrame(frame.to_pandas(), schema=ddl(table)).write.format("delta") \
-            .mode("append")
+        records = [{k: dict(v) if k == "parameters" else v for k, v in r.items()} for r in rows]  # a MAP: a dict
+        writer = warehouse.spark.createDataFrame(records, schema=ddl(table)).write.format("delta").mode("append")
         with table_lock(path):
             retrying(lambda: writer.save(path))
 
@@ -180,15 +203,20 @@ class ServiceLog:
         self._made.add(table)
 
     def expire(self) -> None:
-        """Delete the rows older than `retention_days` (`flush` does, once an hour; a table not made yet: nothing)."""
+        """Delete the rows older than `retention_days`, compact the small files of the hour's appends and vacuum
+        what no version within Delta's default retention (7 days) reads (`flush` does, once an hour; a table not
+        made yet: nothing)."""
         self._expired_at = time.monotonic()
-        cutoff = (self.clock() - timedelta(days=self.settings.retention_days)).strftime("%Y-%m-%d %H:%M:%S")
-        for table in self._made:
+        cutoff = (self.clock() - timedelta(days=self.settings.retention_days)).astimezone(UTC)
+        for table in list(self._made):
             column = table.columns[0][0]  # the time of the row
             try:
                 warehouse = self.warehouse()
-                warehouse.spark.sql(f"DELETE FROM {quote_path(table.path(warehouse.uri))} "
-                                    f"WHERE `{column}` < TIMESTAMP '{cutoff}'")
+                path = quote_path(table.path(warehouse.uri))
+                warehouse.spark.sql(f"DELETE FROM {path} WHERE `{column}` < "
+                                    f"TIMESTAMP '{cutoff:%Y-%m-%d %H:%M:%S}+00:00'")
+                warehouse.spark.sql(f"OPTIMIZE {path}")
+                warehouse.spark.sql(f"VACUUM {path}")
             except Exception as exc:  # noqa: BLE001 — tried again in an hour
                 log.warning("pipeframe could not delete expired rows of %s: %s", table.qualified, first_line(exc))
 

@@ -127,6 +127,7 @@ class RunningServer:
         self.service.stop()
         self.server.should_exit = True
         self.finished.wait(GRACEFUL_SECONDS + 5)
+        self.service.runtime.service_log.flush()  # the requests answered while it shut down
 
 
 def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) -> RunningServer:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hmac
 import logging
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode
 
 from pipeframe.errors import PipeframeError
 from pipeframe.tokens import RateLimiter, TenantToken, looks_signed, verify
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 # Who calls: a static token's name, a signed tenant token, or None when no tokens are configured (everything open).
 Caller = str | TenantToken | None
 ADMIN_TOKEN = "admin"  # the token of this name in pipeframe.yaml may do everything, views API included
-TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
 
 
 def token_of(request: Request) -> str | None:
@@ -115,8 +114,17 @@ def require_admin(caller: Caller, what: str = "the views API") -> None:
 
 
 def hidden(text: str) -> str:
-    """A URL (or a log line) with the value of `token=` hidden."""
-    return TOKEN_IN_QUERY.sub(r"\1***", text)
+    """A URL (or a log line) with the value of its `token` parameter hidden, however the name is spelled in the query
+    (`%74oken=` is `token=` to the server too)."""
+    path, mark, query = text.partition("?")
+    if not mark:
+        return text
+    query, space, rest = query.partition(" ")
+    items = parse_qsl(query, keep_blank_values=True)
+    if not any(key == "token" for key, _ in items):
+        return text
+    masked = urlencode([(key, "***" if key == "token" else value) for key, value in items], safe="*")
+    return f"{path}?{masked}{space}{rest}"
 
 
 class HideTokens(logging.Filter):

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeframe.compiler.graph import ResourceKey
+from pipeframe.compiler.service import PIPE_STATS
 from pipeframe.engine.conflicts import local_folder
 from pipeframe.errors import PipeframeError
 from pipeframe.runtime import Job as BackgroundJob
@@ -198,13 +199,19 @@ class Service:
     def log_request(self, request: Any, pipe: str, caller: auth.Caller, status: int, code: str, seconds: float,
                     result: EndpointResult | None) -> None:
         """An endpoint request answered, into `pipeframe.pipe_stats` (recorded in memory, written in the background):
-        its parameters without the token, its URL with the token hidden."""
+        the parameters the pipe ran with (a signed token's fixed ones, not what the request sent under their names)
+        without the token, and its URL with the token hidden."""
         query = request.query_params
+        parameters = {k: ",".join(query.getlist(k)) for k in query if k != "token"}
+        if isinstance(caller, TenantToken):
+            for name, value in caller.fixed_params(pipe).items():
+                fixed = query_value(value)
+                parameters[name] = fixed if isinstance(fixed, str) else ",".join(fixed)
         self.runtime.service_log.request(
             pipe=pipe, status=status, seconds=seconds, engine=result.engine if result is not None else None,
             token_name=auth.caller_name(caller), method=request.method,
             url=auth.hidden(str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")),
-            parameters={k: ",".join(query.getlist(k)) for k in query if k != "token"}, error_code=code,
+            parameters=parameters, error_code=code,
             read_rows=result.rows_read if result is not None else 0,
             read_bytes=result.bytes_read if result is not None else 0,
             result_rows=len(result.data) if result is not None else 0,
@@ -214,8 +221,11 @@ class Service:
         """Per minute and endpoint over the last `minutes` (from `pipeframe.pipe_stats`, by the read path): requests,
         errors, and the median and 95th percentile of their durations in ms, to within 5% (counted in buckets a
         tenth of a natural log wide, so the answer's size does not grow with the requests)."""
+        project = self.project
+        if project.reader.snapshots.version(PIPE_STATS.path(project.config.warehouse_uri)) < 0:
+            return []  # no request written yet (or a warehouse from before the service log)
         since = (datetime.now(UTC) - timedelta(minutes=minutes)).strftime("%Y-%m-%d %H:%M:%S")
-        answer = self.project.read(
+        answer = project.read(
             "SELECT date_trunc('minute', start_datetime) AS minute, pipe_name, "
             f"CAST(round(ln(greatest(duration * 1000, 0.001)) * {LATENCY_BUCKETS}) AS INT) AS bucket, "
             "count(*) AS requests, sum(error) AS errors FROM pipeframe.pipe_stats "

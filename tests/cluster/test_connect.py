@@ -105,7 +105,7 @@ def test_the_example_projects_life_through_spark_connect(engine):
     project, _ = engine
     rows = fixture_sales(project)
     assert "no errors" in ok("check", str(project), cwd=project)
-    assert "deployed 15 change(s)" in ok("deploy", "--yes", cwd=project)
+    assert "deployed 16 change(s)" in ok("deploy", "--yes", cwd=project)
     loaded = ok("append", "--fixtures", cwd=project)
     assert f"sales: {len(rows)} row(s) accepted" in loaded and "sales_by_hour: applied" in loaded
     assert same(expected_top_products(rows), top_products(project))

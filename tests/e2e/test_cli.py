@@ -26,7 +26,7 @@ def test_check_example_project_summarises_resources_and_verdicts():
     result = pipeframe("check", str(EXAMPLE))
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "11 pipes (5 materialized, 5 endpoints, 1 copy)" in out
+    assert "12 pipes (5 materialized, 6 endpoints, 1 copy)" in out
     assert "sales_by_hour: sales → sales_by_hour" in out and "accepted with rewrite" in out
     assert "sales_by_day: sales_by_hour → sales_by_day" in out
     assert "avg_ticket: avg(…) → avg state" in out

@@ -875,6 +875,7 @@ def test_example_project_parses_cleanly():
         "country_customers": ("endpoint", "endpoint"),
         "customers_by_country": ("materialized", "country_states"),
         "daily_snapshot": ("copy", "snapshot"),
+        "endpoint_health": ("endpoint", "endpoint"),
         "latency_by_path": ("materialized", "daily_latency"),
         "product_hours": ("endpoint", "endpoint"),
         "sales_by_category": ("materialized", "category_sales"),

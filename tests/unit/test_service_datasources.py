@@ -1,7 +1,7 @@
 """Service datasources without a JVM: pipes read `pipeframe.pipe_stats` and `pipeframe.ops_log` (and Tinybird's names
 for them) with their columns checked at compile time, a materialized view may not read them, their relation names
 are reserved; `service_log:` settings; the per-minute latency summary the console draws. (Written and read through
-a server: tests/spark/test_service_datasources.py.)"""
+a server: tests/spark/test_service_log_served.py.)"""
 
 from __future__ import annotations
 
@@ -71,6 +71,26 @@ def test_a_materialized_view_may_not_read_a_service_datasource(make_project) -> 
         "SELECT pipe_name, count() AS c FROM pipeframe.pipe_stats GROUP BY pipe_name",
         "TYPE materialized\nDATASOURCE mvt")}))
     assert [code for code, *_ in found] == ["PF312"] and "pipeframe.pipe_stats" in found[0][1]
+
+
+def test_nor_through_a_pipe_that_reads_one(make_project) -> None:
+    report = Project(make_project({
+        "pipes/stats_src.pipe": endpoint("SELECT pipe_name, duration FROM pipeframe.pipe_stats"),
+        "pipes/middle.pipe": endpoint("SELECT pipe_name FROM stats_src"),
+        "pipes/mv.pipe": endpoint("SELECT pipe_name, count() AS c FROM middle GROUP BY pipe_name",
+                                  "TYPE materialized\nDATASOURCE mvt")})).check()
+    assert [(d.code, Path(d.location.path).name) for d in report.errors] == [("PF312", "mv.pipe")]
+    assert "through pipe `stats_src`" in report.errors[0].message
+
+
+def test_a_token_in_a_url_is_hidden_however_its_name_is_spelled() -> None:
+    from pipeframe.server.auth import hidden
+
+    for url in ("/v0/pipes/x.json?%74oken=SECRET&org_id=1", "/v0/pipes/x.json?org_id=1&tok%65n=SECRET",
+                "/v0/pipes/x.json?token=SECRET", "/v0/pipes/x.json?org_id=1&token=SECRET&token=SECRET HTTP/1.1"):
+        shown = hidden(url)
+        assert "SECRET" not in shown and "token=***" in shown and "org_id=1" in shown or "org_id" not in url, shown
+    assert hidden("/v0/pipes/x.json?org_id=1&tokens=2") == "/v0/pipes/x.json?org_id=1&tokens=2"
 
 
 def test_a_resource_may_not_take_a_service_relation_name(make_project) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,6 +19,7 @@ from tests.spark.conftest import deployed, until
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "svc-admin-secret"
+SIGNING_KEY = "service-datasources-key-of-32-bytes-x"
 READER = "svc-reader-secret"
 ORDERS = """\
 SCHEMA >
@@ -73,23 +73,27 @@ def project(spark, spark_config) -> Project:
     return deployed(spark, spark_config, "service_datasources", {
         "datasources/orders.datasource": ORDERS, "pipes/by_org.pipe": BY_ORG, "pipes/daily.pipe": DAILY,
         "pipes/request_errors.pipe": ERRORS, "pipes/ops.pipe": OPS, "pipes/endpoint_health.pipe": health,
-    }, f"tokens:\n  admin: {ADMIN}\n  reader: {READER}\n")
-
-
-@pytest.fixture(scope="module")
-def server(project: Project) -> Iterator[tuple[Service, str]]:
-    service = Service(project)
-    running: RunningServer = start_server(service, port=0)
-    yield service, running.url
-    running.stop()
+    }, f"tokens:\n  admin: {ADMIN}\n  reader: {READER}\nsigning_key: {SIGNING_KEY}\n"
+       "service_log: {flush_ms: 3600000}\n")  # written when the test flushes, and when the server stops
 
 
 def get(http: httpx.Client, path: str, secret: str = ADMIN, **params) -> httpx.Response:
     return http.get(path, params=params, headers={"Authorization": f"Bearer {secret}"})
 
 
-def test_every_request_and_operation_is_recorded_and_readable_by_pipes(project: Project, server) -> None:
-    service, url = server
+def test_every_request_and_operation_is_recorded_and_readable_by_pipes(project: Project) -> None:
+    service = Service(project)
+    running: RunningServer = start_server(service, port=0)
+    try:
+        answered_while_stopping = requests_and_operations(project, service, running.url)
+    finally:
+        running.stop()
+    # What the server answered after its last flush was written when it stopped.
+    late = project.query("SELECT count(*) FROM pipeframe.pipe_stats WHERE parameters['org_id'] = '77'").first()[0]
+    assert late == answered_while_stopping == 3
+
+
+def requests_and_operations(project: Project, service: Service, url: str) -> int:
     rng = random.Random(3701)
     rows = [{"ts": f"2026-11-{rng.randint(1, 3):02d} 10:00:00", "org_id": rng.randint(1, 4),
              "amount": rng.randint(1, 100)} for _ in range(60)]
@@ -161,6 +165,22 @@ def test_every_request_and_operation_is_recorded_and_readable_by_pipes(project: 
         assert all(m["p50_ms"] <= m["p95_ms"] for m in minutes)
         assert get(http, "/v0/service/requests", READER).status_code == 403
 
+        # A tenant's row holds the value its token fixed, not the one it sent; the token, however its name is
+        # spelled in the query, is not kept.
+        tenant = project.create_token(["by_org"], {"org_id": 2}, expires_in=3600, name="tenant2")
+        org2 = get(http, "/v0/pipes/by_org.json", org_id=2).json()["data"]
+        for spelled in ("token", "%74oken", "tok%65n"):
+            sent = http.get(f"/v0/pipes/by_org.json?org_id=3&{spelled}={tenant}")
+            assert sent.status_code == 200 and sent.json()["data"] == org2, sent.text
+        log.flush()
+        kept = project.query("SELECT url, parameters['org_id'] AS org FROM pipeframe.pipe_stats "
+                             "WHERE token_name = 'tenant2'").collect()
+        assert len(kept) == 3 and all(r["org"] == "2" and tenant not in r["url"] for r in kept), kept
+
+        for _ in range(3):  # answered, not written until the server stops
+            assert get(http, "/v0/pipes/by_org.json", org_id=77).status_code == 200
+    return 3
+
 
 def test_a_populate_is_recorded_with_its_rows(project: Project) -> None:
     before = project.query("SELECT count(*) FROM pipeframe.ops_log WHERE event_type = 'populate'").first()[0]
@@ -190,3 +210,21 @@ def test_rows_older_than_the_retention_are_deleted(project: Project) -> None:
     clock[0] = now
     log.expire()
     assert [r[0] for r in project.query(names).collect()] == ["retention_kept"]
+
+
+def test_spark_writes_what_a_local_append_would(project: Project) -> None:
+    """On object storage or Spark Connect the service log is written by Spark's writer (the MAP column included)."""
+    from pipeframe.config import ServiceLogSettings
+    from pipeframe.engine.servicelog import ServiceLog
+    from pipeframe.engine.warehouse import Warehouse
+
+    class Elsewhere(Warehouse):  # a warehouse this process does not share a disk with: Spark writes
+        shares_disk = False
+
+    log = ServiceLog(lambda: Elsewhere(project.spark, project.config.warehouse_uri), ServiceLogSettings())
+    log.request(pipe="by_spark", status=200, seconds=0.004, engine="duckdb", token_name="admin", method="GET",
+                url="/v0/pipes/by_spark.json?org_id=9", parameters={"org_id": "9"}, result_rows=1)
+    assert log.flush() == 1
+    row = project.query("SELECT parameters, duration, status_code FROM pipeframe.pipe_stats "
+                        "WHERE pipe_name = 'by_spark'").collect()
+    assert [(r["parameters"], r["duration"], r["status_code"]) for r in row] == [({"org_id": "9"}, 0.004, 200)]
