@@ -111,8 +111,12 @@ class DevLoop:
 
     def _compile(self) -> Project | None:
         """The project as the files are now (one compile, sharing the warehouse snapshot), or None on errors."""
-        project = self.project.reload()
-        report = project.check()
+        try:
+            project = self.project.reload()
+            report = project.check()
+        except PipeframeError as err:  # e.g. a broken pipeframe.yaml: the console shows it, the loop says it
+            self.last_compile = LastCompile(datetime.now(UTC), tuple(err.diagnostics))
+            raise
         self.last_compile = LastCompile(datetime.now(UTC), tuple(report.diagnostics))
         for diagnostic in report.diagnostics:
             self.echo(diagnostic.format())

@@ -161,7 +161,11 @@ def add_project_routes(app: FastAPI, service: Service) -> None:
         came from and when, newest first; answered as an endpoint is (`meta`, `data`, `rows`, `statistics`)."""
         auth.require_admin(service.authenticate(auth.token_of(request)))
         project = service.project
-        return JSONResponse(hide_paths(finite(project.quarantine(name, limit).to_json()), project))
+        answer = finite(project.quarantine(name, limit).to_json())
+        for row in answer["data"]:  # the raw lines as they were refused; only where they came from is hidden
+            if isinstance(row.get("source"), str):
+                row["source"] = hide_paths(row["source"], project)
+        return JSONResponse(answer)
 
     if service.last_compile is not None:
         last_compile = service.last_compile

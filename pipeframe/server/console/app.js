@@ -23,7 +23,7 @@ const TABS = {
 
 function current() {
   const name = location.hash.slice(1);
-  return name in TABS ? name : "graph";
+  return Object.hasOwn(TABS, name) ? name : "graph";
 }
 
 async function show() {
