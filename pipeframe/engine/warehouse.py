@@ -522,10 +522,8 @@ class Warehouse:
             quarantine = self.quarantine_path(state.name)
             if state.kind == "datasource" and self._exists(quarantine):
                 self._view(f"{state.name}_quarantine", f"SELECT * FROM {quote_path(quarantine)}")
-        registered = _registered(self.spark)
-        for service in SERVICE_TABLES:  # pipeframe.pipe_stats, pipeframe.ops_log (engine/servicelog.py): once made,
-            # they stay, so a name registered already is not looked for again (on object storage, a Spark call)
-            if service.relation not in registered and self._exists(path := service.path(self.uri)):
+        for service in SERVICE_TABLES:  # pipeframe.pipe_stats, pipeframe.ops_log (engine/servicelog.py)
+            if self._exists(path := service.path(self.uri)):
                 self._view(service.relation, f"SELECT * FROM {quote_path(path)}")
 
     def unregister(self, name: str) -> None:

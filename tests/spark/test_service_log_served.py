@@ -183,7 +183,6 @@ def requests_and_operations(project: Project, service: Service, url: str) -> int
 
 
 def test_a_populate_is_recorded_with_its_rows(project: Project) -> None:
-    project.append("orders", [{"ts": "2026-11-04 10:00:00", "org_id": 9, "amount": 1.0}])  # rows of its own
     before = project.query("SELECT count(*) FROM pipeframe.ops_log WHERE event_type = 'populate'").first()[0]
     results = project.populate("daily", truncate=True)
     project.runtime.service_log.flush()  # the server's runtime writes every `flush_ms`: now, for the test
