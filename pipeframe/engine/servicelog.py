@@ -1,7 +1,8 @@
 """The writer of the service datasources (compiler/service.py): `pipeframe.pipe_stats`, a row per endpoint request,
 and `pipeframe.ops_log`, a row per operation.
 
-Recording is a dict appended to a list under a lock (a few µs, no I/O): a server's requests never wait for a write.
+Recording is a row appended to a list under a lock (no I/O): a server's requests never wait for a write, and a
+request's row is made by the writer (`request`: the request's thread records a function that makes it).
 While the runtime runs (`serve`, `dev`, `run`) a thread of its own writes what was recorded every `flush_ms`, one
 append per table; elsewhere (a CLI command, a script) each operation is written as it ends, once Spark has started. Writes are Delta appends
 (`deltaappend`, without a Spark job, in a local warehouse; Spark's writer elsewhere); a write that fails keeps its rows
@@ -48,7 +49,7 @@ class ServiceLog:
         self.settings = settings
         self.clock = clock
         self.dropped = 0
-        self._rows: dict[ServiceTable, list[dict]] = {t: [] for t in SERVICE_TABLES}
+        self._rows: dict[ServiceTable, list[dict | Callable[[], dict]]] = {t: [] for t in SERVICE_TABLES}
         self._lock = threading.Lock()
         self._write = threading.Lock()  # one write at a time (the thread's and a caller's `flush`)
         self._stop = threading.Event()
@@ -57,17 +58,13 @@ class ServiceLog:
         self._made: set[ServiceTable] = set()
 
     # ------------------------------------------------------------------------------------------ recording
-    def request(self, *, pipe: str, status: int, seconds: float, engine: str | None, token_name: str | None,
-                method: str, url: str, parameters: Mapping[str, str], error_code: str = "", read_rows: int = 0,
-                read_bytes: int = 0, result_rows: int = 0, user_agent: str = "", request_id: str = "") -> None:
-        """One endpoint request answered (`pipeframe.pipe_stats`)."""
-        self._record(PIPE_STATS, {
-            "start_datetime": self.clock() - timedelta(seconds=seconds),
-            "request_id": request_id[:MAX_REQUEST_ID] or uuid.uuid4().hex,
-            "pipe_id": pipe, "pipe_name": pipe, "token_name": token_name or "", "method": method, "url": url,
-            "parameters": list(parameters.items()), "status_code": status, "error": int(status >= 400),
-            "error_code": error_code, "duration": seconds, "read_rows": read_rows, "read_bytes": read_bytes,
-            "result_rows": result_rows, "engine": engine or "none", "user_agent": user_agent})
+    def request(self, seconds: float, fields: Callable[[], Mapping[str, Any]]) -> None:
+        """One endpoint request answered, `seconds` long (`pipeframe.pipe_stats`). `fields()` gives its other columns
+        (`request_row`'s keywords): the writer calls it when it writes, so the request's thread only reads the clock
+        (parsing the URL and the parameters again, a uuid, the row: off the request path)."""
+        if self.settings.enabled:
+            ended = self.clock()
+            self._record(PIPE_STATS, lambda: request_row(ended, seconds, **fields()))
 
     def operation(self, event_type: str, *, datasource: str = "", pipe: str = "", seconds: float = 0.0,
                   error: BaseException | str | None = None, rows: int = 0, rows_quarantine: int = 0,
@@ -95,7 +92,7 @@ class ServiceLog:
                                seconds=seconds, rows=done.rows or 0, strategy=done.path or "",
                                error=(done.message or "failed") if done.outcome == "error" else None)
 
-    def _record(self, table: ServiceTable, row: dict) -> None:
+    def _record(self, table: ServiceTable, row: dict | Callable[[], dict]) -> None:
         if not self.settings.enabled:
             return
         with self._lock:
@@ -144,14 +141,14 @@ class ServiceLog:
                 if not rows:
                     continue
                 try:
-                    arrow_rows(table, rows)
+                    frame = arrow_rows(table, rows := self._built(table, rows))
                 except (TypeError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
                     self.dropped += len(rows)
                     log.error("pipeframe dropped %d rows of %s that do not fit its columns: %s", len(rows),
                               table.qualified, first_line(exc))
                     continue
                 try:
-                    self._append(table, rows)
+                    self._append(table, rows, frame)
                     written += len(rows)
                 except Exception as exc:  # noqa: BLE001 — storage unavailable: kept, tried again
                     log.warning("pipeframe could not write %d rows to %s (kept for the next write): %s", len(rows),
@@ -162,6 +159,18 @@ class ServiceLog:
                 self.expire()
         return written
 
+    def _built(self, table: ServiceTable, rows: list[dict | Callable[[], dict]]) -> list[dict]:
+        """The rows recorded, those recorded as a function made now; one that fails to be made (a bug) is dropped,
+        said and counted."""
+        built = []
+        for row in rows:
+            try:
+                built.append(row() if callable(row) else row)
+            except Exception as exc:  # noqa: BLE001 — a bug in a row's making must not lose the others
+                self.dropped += 1
+                log.error("pipeframe dropped a row of %s it could not make: %s", table.qualified, first_line(exc))
+        return built
+
     def ensure(self) -> None:
         """Create the service tables that are missing, also with `enabled: false` (a deploy and a server's start do,
         so that pipes read them at once, empty or not). A failure is said, and tried again at the next write."""
@@ -171,13 +180,12 @@ class ServiceLog:
         except Exception as exc:  # noqa: BLE001 — the warehouse's storage: the next write tries again
             log.warning("pipeframe could not create its service datasources: %s", first_line(exc))
 
-    def _append(self, table: ServiceTable, rows: list[dict]) -> None:
+    def _append(self, table: ServiceTable, rows: list[dict], frame: pa.Table) -> None:
         from pipeframe.engine import tables
 
         warehouse = self.warehouse()
         self._create(table, warehouse)
         path = table.path(warehouse.uri)
-        frame = arrow_rows(table, rows)
         folder = local_folder(path) if warehouse.shares_disk else None
         if folder is not None:
             with table_lock(path):
@@ -219,6 +227,20 @@ class ServiceLog:
                 warehouse.spark.sql(f"VACUUM {path}")
             except Exception as exc:  # noqa: BLE001 — tried again in an hour
                 log.warning("pipeframe could not delete expired rows of %s: %s", table.qualified, first_line(exc))
+
+
+def request_row(ended: datetime, seconds: float, *, pipe: str, status: int, engine: str | None,
+                token_name: str | None, method: str, url: str, parameters: Mapping[str, str], error_code: str = "",
+                read_rows: int = 0, read_bytes: int = 0, result_rows: int = 0, user_agent: str = "",
+                request_id: str = "") -> dict:
+    """A row of `pipeframe.pipe_stats`: a request answered at `ended` after `seconds`."""
+    return {
+        "start_datetime": ended - timedelta(seconds=seconds),
+        "request_id": request_id[:MAX_REQUEST_ID] or uuid.uuid4().hex,
+        "pipe_id": pipe, "pipe_name": pipe, "token_name": token_name or "", "method": method, "url": url,
+        "parameters": list(parameters.items()), "status_code": status, "error": int(status >= 400),
+        "error_code": error_code, "duration": seconds, "read_rows": read_rows, "read_bytes": read_bytes,
+        "result_rows": result_rows, "engine": engine or "none", "user_agent": user_agent}
 
 
 def ddl(table: ServiceTable) -> str:

@@ -519,12 +519,10 @@ class Warehouse:
             if not state.has_table or resource.path is None:
                 continue
             self._view(state.name, read_sql(state, resource.path))
-            quarantine = self.quarantine_path(state.name)
-            if state.kind == "datasource" and self._exists(quarantine):
-                self._view(f"{state.name}_quarantine", f"SELECT * FROM {quote_path(quarantine)}")
+            if state.kind == "datasource":
+                self._view_if_made(f"{state.name}_quarantine", self.quarantine_path(state.name))
         for service in SERVICE_TABLES:  # pipeframe.pipe_stats, pipeframe.ops_log (engine/servicelog.py)
-            if self._exists(path := service.path(self.uri)):
-                self._view(service.relation, f"SELECT * FROM {quote_path(path)}")
+            self._view_if_made(service.relation, service.path(self.uri))
 
     def unregister(self, name: str) -> None:
         """Forget a name (its table was dropped)."""
@@ -536,6 +534,14 @@ class Warehouse:
         if registered.get(name) != sql:
             self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {sql}")
             registered[name] = sql
+
+    def _view_if_made(self, name: str, path: str) -> None:
+        """Name the table at `path` once it exists (a quarantine, a service table). A table that was made is not
+        dropped, so one already registered by this path is not looked for again (on object storage, a Spark call
+        on every register, which runs for every query)."""
+        sql = f"SELECT * FROM {quote_path(path)}"
+        if _registered(self.spark).get(name) != sql and self._exists(path):
+            self._view(name, sql)
 
 
 def state_path(uri: str) -> str:

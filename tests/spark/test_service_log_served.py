@@ -183,6 +183,7 @@ def requests_and_operations(project: Project, service: Service, url: str) -> int
 
 
 def test_a_populate_is_recorded_with_its_rows(project: Project) -> None:
+    project.append("orders", [{"ts": "2026-11-04 10:00:00", "org_id": 9, "amount": 1.0}])  # rows of its own
     before = project.query("SELECT count(*) FROM pipeframe.ops_log WHERE event_type = 'populate'").first()[0]
     results = project.populate("daily", truncate=True)
     project.runtime.service_log.flush()  # the server's runtime writes every `flush_ms`: now, for the test
@@ -222,8 +223,9 @@ def test_spark_writes_what_a_local_append_would(project: Project) -> None:
         shares_disk = False
 
     log = ServiceLog(lambda: Elsewhere(project.spark, project.config.warehouse_uri), ServiceLogSettings())
-    log.request(pipe="by_spark", status=200, seconds=0.004, engine="duckdb", token_name="admin", method="GET",
-                url="/v0/pipes/by_spark.json?org_id=9", parameters={"org_id": "9"}, result_rows=1)
+    log.request(0.004, lambda: {"pipe": "by_spark", "status": 200, "engine": "duckdb", "token_name": "admin",
+                                "method": "GET", "url": "/v0/pipes/by_spark.json?org_id=9",
+                                "parameters": {"org_id": "9"}, "result_rows": 1})
     assert log.flush() == 1
     row = project.query("SELECT parameters, duration, status_code FROM pipeframe.pipe_stats "
                         "WHERE pipe_name = 'by_spark'").collect()

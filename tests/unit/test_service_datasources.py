@@ -140,3 +140,36 @@ def test_the_service_tables_columns_follow_tinybirds() -> None:
             "status_code", "token_name", "parameters", "url"} <= {c for c, _ in PIPE_STATS.columns}
     assert {"timestamp", "event_type", "datasource_name", "pipe_name", "result", "error", "elapsed_time", "rows",
             "rows_quarantine"} <= {c for c, _ in OPS_LOG.columns}
+
+
+def test_a_request_row_is_made_by_the_writer_and_a_broken_one_loses_only_itself(tmp_path: Path) -> None:
+    """The request's thread records a function; `flush` (the writer thread in a server) makes the rows and appends
+    them to the Delta table without Spark in a local warehouse; a row whose making fails is dropped and counted."""
+    import threading
+
+    from deltalake import DeltaTable
+
+    from pipeframe.engine.servicelog import ServiceLog
+    from pipeframe.engine.warehouse import Warehouse
+    from pipeframe.server.service import request_fields
+
+    made_in: list[str] = []
+
+    def fields(pipe: str, query: bytes) -> dict:
+        made_in.append(threading.current_thread().name)
+        return request_fields(pipe, "reader", 200, "", f"/v0/pipes/{pipe}.json", query, "GET",
+                              [(b"user-agent", b"pytest")], engine="duckdb", read_rows=3, read_bytes=30, result_rows=1)
+
+    log = ServiceLog(lambda: Warehouse(None, str(tmp_path / "warehouse")), ServiceLogSettings())
+    log.request(0.002, lambda: fields("top", b"limit=5&token=s3cret&tag=a&tag=b"))
+    log.request(0.003, lambda: 1 / 0)  # a bug in making a row
+    log.request(0.004, lambda: fields("other", b""))
+    assert made_in == []  # nothing made on the request's side
+    writer = threading.Thread(target=log.flush, name="writer")
+    writer.start()
+    writer.join()
+    assert made_in == ["writer", "writer"] and log.dropped == 1
+    rows = DeltaTable(PIPE_STATS.path(str(tmp_path / "warehouse"))).to_pyarrow_table().to_pylist()
+    assert sorted((r["pipe_name"], r["url"], dict(r["parameters"]), r["duration"], r["user_agent"]) for r in rows) == [
+        ("other", "/v0/pipes/other.json", {}, 0.004, "pytest"),
+        ("top", "/v0/pipes/top.json?limit=5&token=***&tag=a&tag=b", {"limit": "5", "tag": "a,b"}, 0.002, "pytest")]
