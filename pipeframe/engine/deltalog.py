@@ -54,14 +54,82 @@ class Listing:
     commits: set[int] = field(default_factory=set)
     checkpoints: dict[int, list[str]] = field(default_factory=dict)  # version → the files of one complete one
 
-    @property
-    def latest(self) -> int:
+    @functools.cached_property
+    def latest(self) -> int:  # read once the listing is made (a listing is not changed after)
         return max(max(self.commits, default=-1), max(self.checkpoints, default=-1))
+
+
+# A folder's listing, kept between calls: a table's log only grows between two log cleanups, so the commits after the
+# newest one known are found by looking for each next file, not by listing the folder again (an hour of group commits
+# is thousands of files: a listing took ~4 ms, read on every commit). The whole folder is listed again every
+# `RELIST_EVERY` calls, and whenever the newest commit known is no longer the file it was (the table was made again).
+RELIST_EVERY = 100
+_LISTINGS: dict[str, tuple[tuple[int, int], Listing, int]] = {}  # folder → (newest commit's identity, listing, uses)
 
 
 def list_log(folder: str) -> Listing | None:
     """The commit and checkpoint files of a table's log; None when the folder has no `_delta_log`. Other OS
-    errors are raised."""
+    errors are raised. The listing may be shared with other callers: it is never changed once made. Commit files
+    removed by a log cleanup since the last full listing may still be in it (a reader of one finds it missing, and
+    says it cannot answer)."""
+    known = _LISTINGS.get(folder)
+    if known is not None and known[2] < RELIST_EVERY:
+        found = _listed_since(folder, known[0], known[1])
+        if found is not None:
+            _remember(folder, found, known[2] + 1)
+            return found
+    listing = _list_folder(folder)
+    if listing is not None and listing.commits:
+        _remember(folder, listing, 0)
+    return listing
+
+
+def _remember(folder: str, listing: Listing, uses: int) -> None:
+    try:
+        identity = _identity(folder, listing.latest)
+    except OSError:
+        _LISTINGS.pop(folder, None)
+        return
+    if len(_LISTINGS) > 1024:
+        _LISTINGS.clear()
+    _LISTINGS[folder] = (identity, listing, uses)
+
+
+def _listed_since(folder: str, identity: tuple[int, int], known: Listing) -> Listing | None:
+    """`known` with the commits written after its newest and the checkpoint `_last_checkpoint` names; None when
+    the newest commit it knew is not the same file any more."""
+    latest = known.latest
+    try:
+        if _identity(folder, latest) != identity:
+            return None
+    except OSError:
+        return None
+    written = []
+    while os.path.exists(_commit_path(folder, latest + 1)):
+        latest += 1
+        written.append(latest)
+    newest = _last_checkpoint(folder)
+    if not written and (newest is None or newest[0] in known.checkpoints):
+        return known
+    checkpoints = known.checkpoints if newest is None else {**known.checkpoints, newest[0]: newest[1]}
+    return Listing(known.commits | set(written), checkpoints)
+
+
+def _last_checkpoint(folder: str) -> tuple[int, list[str]] | None:
+    """The classic checkpoint `_delta_log/_last_checkpoint` names, when its files are all there; None otherwise (a
+    V2 checkpoint is found by the next full listing)."""
+    try:
+        with open(os.path.join(folder, LOG, "_last_checkpoint"), "rb") as file:
+            told = json.loads(file.read())
+        version, parts = int(told["version"]), told.get("parts")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    names = ([f"{version:020d}.checkpoint.parquet"] if not parts else
+             [f"{version:020d}.checkpoint.{p:010d}.{int(parts):010d}.parquet" for p in range(1, int(parts) + 1)])
+    return (version, names) if all(os.path.exists(os.path.join(folder, LOG, n)) for n in names) else None
+
+
+def _list_folder(folder: str) -> Listing | None:
     try:
         names = os.listdir(os.path.join(folder, LOG))
     except (FileNotFoundError, NotADirectoryError):
@@ -497,8 +565,8 @@ def _replay_start(listing: Listing) -> tuple[int | None, int]:
     """Where the latest snapshot is read from: (the newest checkpoint that every later commit file follows, or None;
     the first commit file to read after it). Unanswerable when commit files are missing in between."""
     latest = listing.latest
-    base = max((v for v in listing.checkpoints if v <= latest and all(
-        c in listing.commits for c in range(v + 1, latest + 1))), default=None)
+    base = next((v for v in sorted(listing.checkpoints, reverse=True) if v <= latest and all(
+        c in listing.commits for c in range(v + 1, latest + 1))), None)
     first = 0 if base is None else base + 1
     if any(v not in listing.commits for v in range(first, latest + 1)):
         raise Unanswerable("commit files missing and no checkpoint before them")

@@ -92,6 +92,11 @@ class ServiceLog:
                                seconds=seconds, rows=done.rows or 0, strategy=done.path or "",
                                error=(done.message or "failed") if done.outcome == "error" else None)
 
+    def buffered(self) -> int:
+        """Rows recorded and not written yet (all tables)."""
+        with self._lock:
+            return sum(len(rows) for rows in self._rows.values())
+
     def _record(self, table: ServiceTable, row: dict | Callable[[], dict]) -> None:
         if not self.settings.enabled:
             return

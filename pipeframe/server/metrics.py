@@ -85,7 +85,8 @@ class Metrics:
 
 class RuntimeFigures(Collector):
     """What the runtime already keeps in memory, read at scrape time (no Spark, no Delta read): per datasource the
-    group committer's counts and buffer depth, per view the continuous materializer's last lag figures."""
+    group committer's counts and buffer depth, per view the continuous materializer's last lag figures, the service
+    log's rows waiting and dropped."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -110,3 +111,9 @@ class RuntimeFigures(Collector):
                 behind.add_metric([view], lag.versions)
         yield visible
         yield behind
+        log = runtime.service_log
+        yield GaugeMetricFamily("pipeframe_service_log_buffered_rows", "Rows of the service datasources recorded, "
+                                "not written yet", value=log.buffered())
+        yield CounterMetricFamily("pipeframe_service_log_dropped_rows", "Rows of the service datasources dropped: "
+                                  "beyond what a table keeps while its writes fail, or that could not be made",
+                                  value=log.dropped)

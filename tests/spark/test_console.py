@@ -23,6 +23,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from pipeframe.project import Project
 from pipeframe.server import RunningServer
+from pipeframe.server.console import HEADERS
 from tests.spark.conftest import deployed, until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -31,6 +32,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
+SAID: list[str] = []  # what the console's pages wrote to the browser's console (a CSP violation is said there)
 WAIT_MS = 120_000  # an upper bound for a page condition (a pause or a resume commits to Delta), never a pace
 
 EVENTS = """\
@@ -154,6 +156,7 @@ def browser(chromium: str) -> Iterator[Browser]:
 def page(browser: Browser, server: RunningServer) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 760}, base_url=server.url)
     opened = context.new_page()
+    opened.on("console", lambda message: SAID.append(message.text))
     expect.set_options(timeout=WAIT_MS)
     yield opened
     context.close()
@@ -297,3 +300,15 @@ def test_ingest_rates_are_shown_per_datasource(page, http):
     stats = http.get("/v0/ingest", headers=ADMIN).json()["datasources"]["events"]
     assert events.locator("td").nth(3).inner_text() == f"{stats['rows']:,}"
 
+
+def test_the_console_runs_no_code_but_its_own(page, http):
+    """Its files come with a Content-Security-Policy: no page of the console broke it in the tests above, and a script
+    put into the page (as a row's value would be, were it written as HTML) does not run."""
+    for file in ("", "app.js", "app.css"):
+        assert {name: http.get(f"/ui/{file}").headers.get(name) for name in HEADERS} == HEADERS, file
+    show(page, "ingest")  # its rate bars are sized through the style property, which the policy allows
+    assert [said for said in SAID if "Content Security Policy" in said] == []
+    page.evaluate("""() => { const script = document.createElement("script");
+                             script.textContent = "window.injected = true"; document.body.append(script); }""")
+    assert page.evaluate("() => window.injected") is None
+    assert any("Content Security Policy" in said for said in SAID)

@@ -127,6 +127,36 @@ def test_cleaned_up_commits_answer_only_the_range_that_remains(tmp_path):
     assert deltalog.transaction_version(str(tmp_path), "app") == 7
 
 
+def test_a_listing_kept_between_calls_follows_new_commits_checkpoints_and_a_table_made_again(tmp_path):
+    """The listing is kept per folder: later commits are found by looking for each next file, a checkpoint by
+    `_last_checkpoint`; a folder whose newest commit is not the file it was (the table was dropped and made again)
+    is listed afresh. Every answer equals a listing made from scratch."""
+    folder, log = str(tmp_path), tmp_path / "_delta_log"
+
+    def fresh() -> tuple[int, list[int], dict]:
+        listed = deltalog._list_folder(folder)
+        return listed.latest, sorted(listed.commits), listed.checkpoints
+
+    for version in range(3):
+        write_commit(log, version, commit_info(), META)
+    assert deltalog.latest_version(folder) == 2
+    for version in range(3, 12):  # another writer's commits
+        write_commit(log, version, commit_info())
+    write_checkpoint(log, 10, [("app", 4)])
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 10, "size": 3}))
+    listed = deltalog.list_log(folder)
+    assert (listed.latest, sorted(listed.commits), listed.checkpoints) == fresh() == (
+        11, list(range(12)), {10: [f"{10:020d}.checkpoint.parquet"]})
+    assert deltalog.transaction_version(folder, "app") == 4  # read from the checkpoint the listing learned of
+
+    for name in os.listdir(log):  # dropped, and made again with two commits
+        os.remove(log / name)
+    write_commit(log, 0, commit_info(), META, mtime_ms=BASE_MS + 99_000)
+    write_commit(log, 1, commit_info())
+    listed = deltalog.list_log(folder)
+    assert (listed.latest, sorted(listed.commits), listed.checkpoints) == fresh() == (1, [0, 1], {})
+
+
 def test_transaction_versions_newest_first_then_the_checkpoint(tmp_path):
     log = tmp_path / "_delta_log"
     for version in range(4):

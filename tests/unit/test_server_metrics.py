@@ -8,16 +8,18 @@ from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeframe.config import IngestSettings
+from pipeframe.config import IngestSettings, ServiceLogSettings
 from pipeframe.engine.continuous import ContinuousMaterializer, ViewFigures
 from pipeframe.engine.groupcommit import GroupCommitter
+from pipeframe.engine.servicelog import ServiceLog
 from pipeframe.server.metrics import Metrics
 
 
 def runtime() -> SimpleNamespace:
     """A runtime's committer (nothing submitted: no table is read) and materializer (never started)."""
     committer = GroupCommitter(None, None, lambda name: (None, None), IngestSettings())
-    return SimpleNamespace(committer=committer, materializer=ContinuousMaterializer(lambda: None))
+    return SimpleNamespace(committer=committer, materializer=ContinuousMaterializer(lambda: None),
+                           service_log=ServiceLog(lambda: None, ServiceLogSettings()))
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple], float]:
@@ -64,3 +66,16 @@ def test_view_lag_and_rounds_come_from_the_materializer() -> None:
     assert got[("pipeframe_view_visible_ms", (("view", "hourly"),))] == 250.0
     assert ("pipeframe_view_lag_versions", (("view", "daily"),)) not in got
     assert got[("pipeframe_view_refresh_round_duration_seconds_count", ())] == 1
+
+
+def test_the_service_logs_waiting_and_dropped_rows_are_counted() -> None:
+    parts = runtime()
+    metrics = Metrics(parts, lambda: SimpleNamespace(names=[]))
+    log = parts.service_log
+    log.operation("deploy", seconds=0.5)  # no writer thread, Spark not started: kept for the next write
+    log.request(0.01, lambda: 1 / 0)  # a row that cannot be made
+    assert samples(metrics)[("pipeframe_service_log_buffered_rows", ())] == 2
+    assert log.flush() == 0  # no warehouse to write to: the operation's row kept; the broken one dropped
+    got = samples(metrics)
+    assert got[("pipeframe_service_log_dropped_rows_total", ())] == 1
+    assert got[("pipeframe_service_log_buffered_rows", ())] == 1
