@@ -308,11 +308,13 @@ def cpu_seconds(pid: int, descendants: bool = True) -> float:
 class Server:
     """`python -m pipeframe serve` in its own process, output to a log file; stopped with Ctrl-C (SIGINT)."""
 
-    def __init__(self, root: Path, log_path: Path, options: Sequence[str] = (), code: Path = BENCH.parent) -> None:
+    def __init__(self, root: Path, log_path: Path, options: Sequence[str] = (), code: Path = BENCH.parent,
+                 first_on_path: Sequence[str] = ()) -> None:
         self.log_path = log_path
         # The server runs this checkout's pipeframe, as this process does (or the one at `code`): started in `code`,
-        # as `python -m` puts the working directory first on sys.path, before PYTHONPATH.
-        path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+        # as `python -m` puts the working directory first on sys.path, before PYTHONPATH (`first_on_path`: folders
+        # put before it all, e.g. modules that hide installed ones).
+        path = os.pathsep.join(p for p in (*first_on_path, str(code), os.environ.get("PYTHONPATH", "")) if p)
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=path)
         self.out = log_path.open("w")
         self.process = subprocess.Popen([sys.executable, "-m", "pipeframe", "serve", "-p", str(Path(root).resolve()),

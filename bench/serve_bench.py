@@ -384,6 +384,8 @@ def section(results: dict) -> list[str]:
         f"`pipeframe status` {cli['status_auto_s']['median']} s ({spread_s(cli['status_auto_s'])}) vs "
         f"{cli['status_spark_s']['median']} s."),
     ]
+    for note in results.get("notes", []):  # what the run's author added (`"notes"` in the results), kept with them
+        lines += ["", note]
     return lines
 
 

@@ -1,7 +1,7 @@
 """The cost of the request log and metrics on the read path: bench/serve_bench.py's measures, side by side.
 
-Usage: python bench/serve_side_by_side.py --project DIR [--before CHECKOUT] [--rounds 3] [--requests 400]
-       [--seconds 20] [--clients 16] [--ingest-rate 50] [--cli-repeats 5] [--json F] [--write]
+Usage: python bench/serve_side_by_side.py --project DIR [--before CHECKOUT] [--pure-python-http] [--rounds 3]
+       [--requests 400] [--seconds 20] [--clients 16] [--ingest-rate 50] [--cli-repeats 5] [--json F] [--write]
        python bench/serve_side_by_side.py --render F [--write]
 
 DIR is a deployed and filled benchmark project (`python bench/serve_bench.py --keep` leaves one: the `events` source,
@@ -9,7 +9,9 @@ its three views and the endpoints `traffic`, `traffic_raw`, `daily_users`, `late
 rows it was filled with, for the `start` hours). Each round runs `pipeframe serve --engine auto` from this checkout
 twice: `log off` with the request log disabled (the environment `bench_log_off` the script adds to DIR's
 pipeframe.yaml: `service_log: {enabled: false}`) and `log on` as shipped (a row per endpoint request into
-`pipeframe.pipe_stats`, Prometheus metrics); with --before, also from CHECKOUT (an older pipeframe) first. Each is
+`pipeframe.pipe_stats`, Prometheus metrics); with --before, also from CHECKOUT (an older pipeframe) first; with
+--pure-python-http, also `h11`: as shipped, with httptools and uvloop hidden from the server (uvicorn then parses
+HTTP with h11 and runs asyncio's own loop). Each is
 measured as serve_bench measures the read path: sequential calls (answers kept), a new statement each call, view vs
 raw rows, --clients concurrent clients while --ingest-rate event requests/s land; then `pipeframe endpoint` in fresh
 processes. On a shared machine sides alternate in each round, in the reverse order every other round (a side that
@@ -46,7 +48,8 @@ SECTION = "## Endpoints with the request log and metrics on (issue 37)"
 BEFORE = "## Real-time ingestion"
 TARGET = 1.10  # log on / log off at p50: the request log and metrics cost at most 10%
 LOG_OFF = "bench_log_off"  # the environment of the project's pipeframe.yaml with the request log disabled
-OFF, ON = "log off", "log on"
+OFF, ON, H11 = "log off", "log on", "h11"
+FAST_HTTP = ("httptools", "uvloop")  # uvicorn's C HTTP parser and libuv event loop, hidden in the `h11` side
 
 
 def logged_rows(root: Path) -> int:
@@ -66,10 +69,11 @@ def requests_made(figures: dict, chosen: int) -> int:
             + concurrent_["answers"] + concurrent_["failed"])
 
 
-def measure(root: Path, code: Path, options: list[str], work: Path, rows: int, requests: int, seconds: float,
-            clients: int, ingest_rate: float) -> dict:
+def measure(root: Path, code: Path, options: list[str], hidden: list[str], work: Path, rows: int, requests: int,
+            seconds: float, clients: int, ingest_rate: float) -> dict:
     chosen = calls(rows)
-    server = Server(root, work / f"serve-{code.name}.log", ["--engine", "auto", *options], code=code)
+    server = Server(root, work / f"serve-{code.name}.log", ["--engine", "auto", *options], code=code,
+                    first_on_path=[hide(hidden, work)] if hidden else [])
     try:
         fresh = [("traffic", {"start": hour}) for hour in hours(rows, requests // 4 + 1)]
         return {"sequential": sequential(server.url, chosen, requests)["all"],
@@ -78,6 +82,16 @@ def measure(root: Path, code: Path, options: list[str], work: Path, rows: int, r
                 "concurrent": concurrent(server.url, chosen, clients, seconds, ingest_rate)}
     finally:
         server.stop()
+
+
+def hide(modules: list[str], work: Path) -> str:
+    """A folder that, first on a server's PYTHONPATH, makes `modules` look not installed (importing one raises
+    ImportError, as uvicorn's choice of its HTTP parser and event loop expects of a missing package)."""
+    folder = work / "hidden-modules"
+    folder.mkdir(exist_ok=True)
+    for module in modules:
+        (folder / f"{module}.py").write_text(f'raise ImportError("{module} is hidden for the benchmark")\n')
+    return str(folder)
 
 
 def fresh_processes(root: Path, code: Path, options: list[str], start: str, repeats: int) -> dict:
@@ -110,6 +124,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--ingest-rate", type=float, default=50)
     parser.add_argument("--cli-repeats", type=int, default=5)
+    parser.add_argument("--pure-python-http", action="store_true",
+                        help="also measure `log on` with httptools and uvloop hidden (uvicorn on h11 and asyncio)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--write", action="store_true", help="put the results into docs/benchmarks.json and .md")
     parser.add_argument("--render", type=Path, default=None, help="render the section from this results file")
@@ -123,25 +139,27 @@ def main() -> int:
     if args.project is None:
         parser.error("--project is required (unless --render)")
     with_log_off(args.project)
-    sides = {OFF: (BENCH.parent, ["--env", LOG_OFF]), ON: (BENCH.parent, [])}
+    sides = {OFF: (BENCH.parent, ["--env", LOG_OFF], []), ON: (BENCH.parent, [], [])}
+    if args.pure_python_http:
+        sides[H11] = (BENCH.parent, [], list(FAST_HTTP))
     if args.before:
-        sides = {"before": (args.before.resolve(), []), **sides}
-    for side, (code, _) in sides.items():
+        sides = {"before": (args.before.resolve(), [], []), **sides}
+    for side, (code, _, _) in sides.items():
         if not imported_from(code).is_relative_to(code.resolve()):
             raise SystemExit(f"{side}: pipeframe is imported from {imported_from(code)}, not from {code}")
     work = args.project.parent
     results: dict = {"command": " ".join(["python", "bench/serve_side_by_side.py", *sys.argv[1:]]),
                      "date": datetime.now(UTC).strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "rows": args.rows,
                      "load": [round(x, 2) for x in os.getloadavg()], "request_path_us": request_path_us(),
-                     "commits": {side: commit_of(code) for side, (code, _) in sides.items()}, "rounds": []}
+                     "commits": {side: commit_of(code) for side, (code, _, _) in sides.items()}, "rounds": []}
     for number in range(args.rounds):
         figures = {}
         order = list(sides.items()) if number % 2 == 0 else list(sides.items())[::-1]  # ABBA: no side always second
-        for side, (code, options) in order:
+        for side, (code, options, hidden) in order:
             load = os.getloadavg()[0]
             log(f"round {number + 1}: {side} ({code} {' '.join(options)}), load average {load:.2f}")
             logged = logged_rows(args.project)
-            figures[side] = {"load": round(load, 2), **measure(args.project, code, options, work, args.rows,
+            figures[side] = {"load": round(load, 2), **measure(args.project, code, options, hidden, work, args.rows,
                                                                  args.requests, args.seconds, args.clients,
                                                                  args.ingest_rate)}
             figures[side]["request_log"] = {"rows_written": logged_rows(args.project) - logged,
@@ -243,7 +261,9 @@ def section(results: dict) -> list[str]:
          f"side in turn (the order reversed every other round) on the same warehouse: `{OFF}` and `{ON}` are {commits.get(ON, 'this checkout')}, with "
          "`service_log: {enabled: false}` and as shipped (a row per endpoint request into `pipeframe.pipe_stats`, "
          "written every `service_log.flush_ms` = 2000 ms; Prometheus metrics on in both)"
-         + (f"; `before` is {commits['before']}, an older pipeframe" if "before" in commits else "") +
+         + (f"; `before` is {commits['before']}, an older pipeframe" if "before" in commits else "")
+         + (f"; `{H11}` is `{ON}` with httptools and uvloop hidden (uvicorn on h11 and asyncio)" if H11 in commits
+            else "") +
          ". Sequential: one client, answers the server keeps (ms); answers/s: 16 clients while 50 event requests/s "
          "land; view vs raw: raw / view, median of the pairs; CLI: `pipeframe endpoint` in a fresh process, median "
          "(s)."),
@@ -269,6 +289,11 @@ def section(results: dict) -> list[str]:
          f"more). Target (issue 37): the request log and metrics cost ≤ 10% at p50 (ratio ≤ {TARGET:.2f}): "
          f"**{'met' if met else 'not met'}**."),
     ]
+    if H11 in sides:
+        h11 = lambda pick: ratios(results, pick, H11)
+        lines += ["", (f"{ON} (httptools, uvloop) / {H11} (the same, with uvicorn on h11 and asyncio): p50 "
+                       f"{shown(h11(lambda f: f['sequential']['p50_ms']))}; answers/s with 16 clients "
+                       f"**{shown(h11(lambda f: f['concurrent']['answers_per_s']))}**.")]
     if "before" in sides:
         lines += ["", f"{ON} / before at p50, per round: {shown(ratios(results, lambda f: f['sequential']['p50_ms'], 'before'))}."]
     if cost:
