@@ -312,3 +312,53 @@ def test_the_console_runs_no_code_but_its_own(page, http):
                              script.textContent = "window.injected = true"; document.body.append(script); }""")
     assert page.evaluate("() => window.injected") is None
     assert any("Content Security Policy" in said for said in SAID)
+
+
+DEV_TOP = """\
+NODE endpoint
+SQL >
+    %
+    SELECT user_id, sum(amount) AS total FROM events GROUP BY user_id ORDER BY total DESC
+TYPE endpoint
+"""
+
+
+def test_under_dev_the_diagnostics_tab_shows_the_last_compiles_errors(browser, spark, spark_config):
+    """Under `pipeframe dev` the Diagnostics tab appears and shows what the last compile reported: no errors after a
+    good build, then a broken save's error with its code, file and line and the fix (the other servers above have no
+    such tab: the first test)."""
+    import re
+    import shutil
+
+    from pipeframe.dev import DevLoop
+    from pipeframe.server import Service, start_server
+    from tests.conftest import EVENTS, write_project
+
+    root = Path(spark_config.root) / "console_dev"
+    shutil.rmtree(root, ignore_errors=True)
+    write_project(root, {"datasources/events.datasource": EVENTS, "pipes/top.pipe": DEV_TOP})
+    shutil.copy(Path(spark_config.root) / "pipeframe.yaml", root / "pipeframe.yaml")
+    loop = DevLoop(root, echo=lambda _line: None, spark=spark)
+    assert loop.initial_build().ok
+    loop.service = Service(loop.project, last_compile=lambda: loop.last_compile)
+    server = start_server(loop.service, port=0)
+    context = browser.new_context(viewport={"width": 1280, "height": 760}, base_url=server.url)
+    try:
+        page = context.new_page()
+        show(page, "diagnostics")
+        expect(page.locator('#tabs a[href="#diagnostics"]')).to_be_visible()
+        expect(page.locator("#diagnostics-list p")).to_have_text(re.compile(r"✓ no errors, 0 warning"))
+
+        pipe = root / "pipes/top.pipe"
+        pipe.write_text(pipe.read_text().replace("FROM events", "FROM evnets"))
+        assert not loop.rebuild({str(pipe)}).ok
+        page.reload()
+        expect(page.locator("section#diagnostics")).to_have_attribute("data-loaded", "true")
+        expect(page.locator("#diagnostics-list p")).to_have_text(re.compile(r"✗ 1 error"))
+        error = page.locator("#diagnostics-list li").filter(has_text="PF301")
+        expect(error).to_contain_text("pipes/top.pipe:4")
+        expect(error).to_contain_text("fix:")
+        expect(error).to_contain_text("events")
+    finally:
+        context.close()
+        server.stop()
