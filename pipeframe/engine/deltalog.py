@@ -75,6 +75,9 @@ def list_log(folder: str) -> Listing | None:
     known = _LISTINGS.get(folder)
     if known is not None and known[2] < RELIST_EVERY:
         found = _listed_since(folder, known[0], known[1])
+        if found is known[1]:  # nothing new: the same newest commit, already looked at
+            _LISTINGS[folder] = (known[0], found, known[2] + 1)
+            return found
         if found is not None:
             _remember(folder, found, known[2] + 1)
             return found
