@@ -47,6 +47,10 @@ class IngestSettings:
     # How `serve`/`dev`/`run` read Kafka datasources: `consumer` (librdkafka in the server's process) or `streaming`
     # (Spark Structured Streaming's Kafka source: read and parsed on the cluster's executors; connectors/kafka_stream.py).
     kafka_engine: str = "consumer"
+    # Under `serve`/`dev`/`run`, the embedded Spark JVM's threads (view maintenance, Spark's jobs) run this much nicer
+    # than the process's own (group commits, answers), so a refresh on both cores does not hold requests back
+    # (session.yield_cpu; 0: the same priority; at most 19).
+    spark_nice: int = 10
 
 
 KAFKA_ENGINES = ("consumer", "streaming")
@@ -328,6 +332,13 @@ def _ingest(value: Any) -> IngestSettings:
             if not isinstance(number, bool):
                 raise PipeframeError("PF002", f"`ingest.direct_commit` must be true or false, not `{number}`.",
                                      example, Location(CONFIG_FILE))
+            settings[key] = number
+            continue
+        if key == "spark_nice":
+            if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= 19:
+                raise PipeframeError("PF002", f"`ingest.spark_nice` must be a whole number from 0 to 19, not "
+                                     f"`{number}`.", "Write e.g. `ingest: {spark_nice: 10}` (0: Spark's threads at "
+                                     "the process's own priority).", Location(CONFIG_FILE))
             settings[key] = number
             continue
         if isinstance(number, bool) or not isinstance(number, int) or number <= 0:

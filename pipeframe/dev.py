@@ -287,7 +287,7 @@ class DevLoop:
         from pipeframe.connectors.sink import SinkScheduler
         from pipeframe.copy import CopyScheduler
         from pipeframe.server import Service, start_server
-        from pipeframe.server.app import interrupted_cleanly
+        from pipeframe.server.app import interrupted_cleanly, yield_to_commits
 
         stop = stop or threading.Event()
         self.echo(f"pipeframe dev: {self.root} (environment `{self.env}`)")
@@ -297,6 +297,7 @@ class DevLoop:
         self.service = Service(self.project, jobs=[CopyScheduler(), SinkScheduler()],
                                last_compile=lambda: self.last_compile)
         server = start_server(self.service, host, port)
+        yield_to_commits(self.service)
         self.echo(self.style(f"serving http://{host}:{server.port}/v0/pipes — watching for changes "
                               "(Ctrl-C to stop)", bold=True))
         self.echo(f"  console: http://{host}:{server.port}/ui")

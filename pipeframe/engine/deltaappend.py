@@ -14,7 +14,8 @@ append, and nothing it is unsure of. `append` answers None (nothing committed: t
 * on a clustered table (the `clustering` writer feature: an ENGINE_SORTING_KEY), rows it cannot give the statistics
   Delta's clustering requires of writers (bounds of every column that may be clustered: a NaN or an infinity);
 * a commit that falls on a checkpoint version (every `delta.checkpointInterval`, 10 by default), unless the caller
-  has Delta write the checkpoint after it (`on_checkpoint`): readers must never replay a long log.
+  has the checkpoint written after it (`on_checkpoint`: by `checkpoint` here, with delta-rs, or by Delta's own
+  code): readers must never replay a long log.
 
 The commit is `NNN.json`, created by a hard link of a complete temporary file, which fails if the name exists: two
 writers never both take one version. On losing a version it reads the commits that won: a metadata or protocol
@@ -70,6 +71,7 @@ from typing import TYPE_CHECKING
 
 from pipeframe.engine import deltalog, deltaschema, generated
 from pipeframe.errors import PipeframeError
+from pipeframe.sqltext import first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,6 +83,10 @@ ATTEMPTS = 20  # versions tried before giving the append to Spark
 WRITER_FEATURES = {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
                    "deletionVectors", "timestampNtz", "domainMetadata", "v2Checkpoint", "clustering",
                    "vacuumProtocolCheck", "columnMapping", "typeWidening", "typeWidening-preview"}
+# The writer features of tables whose checkpoint delta-rs writes (`checkpoint`): checked to keep every action Delta
+# reads back (domain metadata of a clustered table, txn fences, removes of a change data feed table, partitions).
+CHECKPOINT_FEATURES = {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+                       "domainMetadata", "clustering"}
 UNSAFE_CONFIG = ("delta.constraints.", "delta.columnMapping.mode", "delta.enableInCommitTimestamps",
                  "delta.enableRowTracking")
 GENERATED = "delta.generationExpression"
@@ -340,6 +346,32 @@ def _ask_checkpoint(folder: str, version: int, on_checkpoint: Callable[[int], ob
         on_checkpoint(version)
     except Exception as exc:  # noqa: BLE001 — the version is committed: answer so, whatever the checkpoint
         log.warning("could not ask for a checkpoint of %s at version %s: %s", folder, version, exc)
+
+
+def checkpoint(folder: str) -> bool:
+    """Write the classic checkpoint of the newest version of the table in local `folder` with delta-rs, without a
+    Spark job: False (nothing written) when its protocol is outside what delta-rs's checkpoint was checked to keep
+    (CHECKPOINT_FEATURES, reader version 1: no deletion vectors, column mapping or v2 checkpoints) or delta-rs fails;
+    then Delta's own code writes it (`tables.checkpoint`). Spark's checkpoint of a table is a Spark job that took
+    seconds of both cores while events landed (docs/benchmarks.md, issue 33); this takes milliseconds.
+    tests/spark/test_checkpoints.py reads such checkpoints back with Spark and with `deltalog`."""
+    state = deltalog.table_state(folder)
+    if state is None:
+        return False
+    protocol = state.protocol
+    features = set(protocol.get("writerFeatures") or ())
+    writer = protocol.get("minWriterVersion")
+    if protocol.get("minReaderVersion") != 1 or not isinstance(writer, int) or writer > 7 or \
+            not features <= CHECKPOINT_FEATURES:
+        return False
+    try:
+        from deltalake import DeltaTable
+
+        DeltaTable(folder).create_checkpoint()
+    except Exception as exc:  # noqa: BLE001 — Delta's own writer is the way that always works
+        log.info("delta-rs did not write a checkpoint of %s (%s): Delta's writer does", folder, first_line(exc))
+        return False
+    return True
 
 
 def no_rows(folder: str) -> pa.Table | None:

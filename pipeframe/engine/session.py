@@ -281,6 +281,31 @@ def stop_session() -> None:
         _stop_locked()
 
 
+def yield_cpu(spark: SparkSession, nice: int) -> int:
+    """Lower the CPU priority of the embedded Spark JVM's threads to `nice` above this process's (at most 19), as
+    ClickHouse runs its background merges below its queries: under `serve`/`dev`/`run` the JVM's work is mostly view
+    maintenance, and on a busy machine it held back the group commits and answers of this process (docs/benchmarks.md,
+    issue 33). A thread's niceness is inherited by the threads it starts, so every later JVM thread runs as niced.
+    Only ever lowered (no privilege needed). How many threads it set; 0 under Spark Connect (the JVM is elsewhere),
+    off Linux, or with `nice` 0."""
+    process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None) if not is_connect(spark) else None
+    tasks = f"/proc/{getattr(process, 'pid', 0)}/task"
+    if nice <= 0 or process is None or not os.path.isdir(tasks):
+        return 0
+    wanted = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    done: set[int] = set()
+    for _ in range(2):  # a thread started while the first pass ran, by a thread not yet set, is set by the second
+        for name in os.listdir(tasks):
+            thread = int(name)
+            if thread in done:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpriority(os.PRIO_PROCESS, thread) < wanted:
+                    os.setpriority(os.PRIO_PROCESS, thread, wanted)
+                done.add(thread)
+    return len(done)
+
+
 def _stop_locked() -> None:
     global _live
     if _live is not None:

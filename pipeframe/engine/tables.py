@@ -537,11 +537,16 @@ def remove_path(spark: SparkSession, path: str) -> None:
 
 
 def checkpoint(spark: SparkSession, path: str) -> bool:
-    """Write a checkpoint of the table's latest version with Delta's own code (its writer does so every
-    `delta.checkpointInterval` commits; commits made by `deltaappend` ask for it here). False on Spark Connect,
-    whose client has no handle on Delta's JVM objects."""
+    """Write a checkpoint of the table's latest version (Delta's writer does so every `delta.checkpointInterval`
+    commits; commits made by `deltaappend` ask for it here): by delta-rs for a local table it can checkpoint
+    (`deltaappend.checkpoint`, milliseconds), else with Delta's own code (a Spark job). False on Spark Connect for a
+    table delta-rs does not take: its client has no handle on Delta's JVM objects."""
+    from pipeframe.engine import deltaappend
     from pipeframe.engine.session import is_connect
 
+    folder = local_folder(path)
+    if folder is not None and deltaappend.checkpoint(folder):
+        return True
     if is_connect(spark):
         return False
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]

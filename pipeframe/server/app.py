@@ -161,10 +161,20 @@ def start_server(service: Service, host: str = "127.0.0.1", port: int = 7181) ->
     return running
 
 
+def yield_to_commits(service: Service) -> None:
+    """A process that serves (`serve`, `dev`, `run`) runs its embedded Spark JVM's threads nicer than its own
+    (`ingest.spark_nice`): view maintenance on both cores held group commits and answers back."""
+    from pipeframe.engine.session import yield_cpu
+
+    project = service.project
+    yield_cpu(project.spark, project.config.ingest.spark_nice)
+
+
 def serve_forever(service: Service, host: str = "127.0.0.1", port: int = 7181,
                   on_ready: Callable[[RunningServer], None] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM, then stop cleanly."""
     running = start_server(service, host, port)
+    yield_to_commits(service)
     with interrupted_cleanly():
         try:
             if on_ready is not None:
@@ -185,6 +195,7 @@ def run_forever(service: Service, on_ready: Callable[[], None] | None = None) ->
     failed look is logged and tried again); the main thread only waits, so Ctrl-C never lands inside a reload.
     Then `serve`'s shutdown: what the consumers and the committer hold lands, the refresh under way finishes."""
     service.runtime.start(service)
+    yield_to_commits(service)
 
     def follow() -> None:
         while not service.stopping.wait(RUN_LOOK_S):

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -53,12 +54,30 @@ def test_serve_needs_a_deploy_then_answers_the_example_endpoints(tmp_path):
         assert documented.status_code == 200 and documented.json()["data"][0] == first_row, documented.text
         bad = httpx.get(url, params={"limit": "three"}, timeout=120)
         assert bad.status_code == 400 and bad.json()["parameter"] == "limit"
+        # ingest.spark_nice (10 by default): every thread of its Spark JVM yields the CPU to the server's own.
+        assert jvm_niceness(server.pid) == {os.getpriority(os.PRIO_PROCESS, server.pid) + 10}
     finally:
         server.terminate()
         out, err = server.communicate(timeout=120)
     assert server.returncode == 0, out + err
     assert f"Serving shop on http://127.0.0.1:{port}" in out and "stopped" in out
     assert "Traceback" not in out + err
+
+
+def jvm_niceness(pid: int) -> set[int]:
+    """The niceness of every thread of the java process `pid` started (its Spark JVM)."""
+    [java] = [int(d) for d in os.listdir("/proc") if d.isdigit() and _stat(int(d))[:2] == ("java", pid)]
+    return {int(_stat(java, int(t))[2]) for t in os.listdir(f"/proc/{java}/task")}
+
+
+def _stat(pid: int, thread: int | None = None) -> tuple:
+    """(command, parent pid, niceness) of a process or one of its threads, from /proc (empty when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ()
+    command, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+    return command, int(fields[1]), int(fields[16])
 
 
 def documented_example() -> tuple[str, dict]:

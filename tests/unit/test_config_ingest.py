@@ -35,3 +35,18 @@ def test_bad_settings_name_the_key_and_the_fix(tmp_path, text, words):
         load_config(tmp_path, environ={})
     [diagnostic] = err.value.diagnostics
     assert diagnostic.code == "PF002" and words in diagnostic.message and "flush_rows" in diagnostic.hint
+
+
+def test_spark_nice_is_from_0_to_19(tmp_path):
+    """How much nicer than the serving process its Spark JVM's threads run (session.yield_cpu): 10 unless set, 0
+    keeps them equal; anything else names the range."""
+    assert IngestSettings().spark_nice == 10
+    (tmp_path / "pipeframe.yaml").write_text("ingest: {spark_nice: 0}\n")
+    assert load_config(tmp_path, environ={}).ingest == IngestSettings(spark_nice=0)
+    for bad in ("20", "-1", "true", "2.5", "'5'"):
+        (tmp_path / "pipeframe.yaml").write_text(f"ingest: {{spark_nice: {bad}}}\n")
+        with pytest.raises(PipeframeError) as err:
+            load_config(tmp_path, environ={})
+        [diagnostic] = err.value.diagnostics
+        assert diagnostic.code == "PF002" and "`ingest.spark_nice` must be a whole number from 0 to 19" in \
+            diagnostic.message and "spark_nice: 10" in diagnostic.hint, bad
