@@ -2,7 +2,7 @@
 
 Resolution order (later wins): built-in defaults, top level of pipeframe.yaml, the selected environment's
 block (deep-merged), then PIPEFRAME_WAREHOUSE / PIPEFRAME_SPARK_MASTER / PIPEFRAME_SPARK_REMOTE /
-PIPEFRAME_SIGNING_KEY.
+PIPEFRAME_SIGNING_KEY / PIPEFRAME_SPARK_NICE (`ingest.spark_nice`).
 
 A value may name environment variables: `${VAR}`, `${VAR:-default}` (the default when VAR is unset or empty),
 `$${` for a literal `${`. They are substituted after the environment is chosen, so a secret that only `prod`
@@ -286,7 +286,8 @@ def load_config(root: str | os.PathLike[str], env: str | None = None,
         tokens={str(k): str(v) for k, v in (data.get("tokens") or {}).items()},
         signing_key=str(environ.get("PIPEFRAME_SIGNING_KEY") or data.get("signing_key") or "") or None,
         retention_hours=_retention(data.get("retention_hours"), path),
-        ingest=_ingest(data.get("ingest")),
+        ingest=_ingest(data.get("ingest") if "PIPEFRAME_SPARK_NICE" not in environ else
+                       {**(data.get("ingest") or {}), "spark_nice": _whole(environ["PIPEFRAME_SPARK_NICE"])}),
         service_log=_service_log(data.get("service_log")),
     )
 
@@ -306,6 +307,14 @@ def _service_log(value: Any) -> ServiceLogSettings:
             raise PipeframeError("PF002", f"`service_log.{key}` must be {kind}, not `{setting}`.", example,
                                  Location(CONFIG_FILE))
     return ServiceLogSettings(**value)
+
+
+def _whole(text: str) -> int | str:
+    """An environment variable's whole number, or its text (which the setting's check then names)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _ingest(value: Any) -> IngestSettings:

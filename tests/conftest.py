@@ -18,6 +18,10 @@ from pipeframe.errors import DiagnosticSink, Location
 # the README's main job took ~40% less time this way. Semantics do not change. The shared session of tests/spark,
 # which lives for the whole run, keeps the JVM's defaults (tests/spark/conftest.py).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# The servers tests start (`serve`, `dev`, `run` subprocesses) keep their JVM at their own priority: niced
+# (`ingest.spark_nice`), it would wait behind the other test worker's JVM. tests/e2e/test_serve_cli.py checks the
+# default without this.
+os.environ.setdefault("PIPEFRAME_SPARK_NICE", "0")
 
 SALES = """\
 SCHEMA >

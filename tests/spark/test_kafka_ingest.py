@@ -82,12 +82,25 @@ def produce(broker: KafkaBroker, values: list[bytes], start: int = 0, topic: str
 
 
 def rewind(broker: KafkaBroker, group: str, topic: str) -> None:
-    """Commit offset 0 for every partition of `topic` as consumer group `group` (which has no member now)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Commit offset 0 for every partition of `topic` as consumer group `group` (which has no member now). The
+    stopped server's consumer left the group on close, but a LeaveGroup the coordinator missed (the broker restarted
+    under it) keeps it a member until its session ends: the broker refuses a commit from outside the group until
+    then (UNKNOWN_MEMBER_ID), so the commit is sent again until that session has ended."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(PARTITIONS)], asynchronous=False)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(PARTITIONS)], asynchronous=False)
+                break
+            except KafkaException as exc:
+                member = exc.args[0].code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+                                                KafkaError.ILLEGAL_GENERATION)
+                if not member or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         assert [tp.offset for tp in consumer.committed(
             [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)] == [0] * PARTITIONS
     finally:

@@ -43,6 +43,10 @@ def test_spark_nice_is_from_0_to_19(tmp_path):
     assert IngestSettings().spark_nice == 10
     (tmp_path / "pipeframe.yaml").write_text("ingest: {spark_nice: 0}\n")
     assert load_config(tmp_path, environ={}).ingest == IngestSettings(spark_nice=0)
+    assert load_config(tmp_path, environ={"PIPEFRAME_SPARK_NICE": "7"}).ingest == IngestSettings(spark_nice=7)
+    (tmp_path / "pipeframe.yaml").write_text("ingest: {spark_nice: 0}\n")
+    with pytest.raises(PipeframeError, match="from 0 to 19, not `high`"):
+        load_config(tmp_path, environ={"PIPEFRAME_SPARK_NICE": "high"})
     for bad in ("20", "-1", "true", "2.5", "'5'"):
         (tmp_path / "pipeframe.yaml").write_text(f"ingest: {{spark_nice: {bad}}}\n")
         with pytest.raises(PipeframeError) as err:
