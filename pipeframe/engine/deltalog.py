@@ -331,6 +331,48 @@ def file_count(folder: str) -> tuple[int, int] | None:
     return None if found is None else (found[0], len(found[1]))
 
 
+def added_since_optimize(folder: str, within: int = 256) -> bool | None:
+    """Whether a commit the table's newest OPTIMIZE did not compact (one after it, or one it did not read: its
+    commitInfo's `readVersion`) added a data file; with no OPTIMIZE, whether any commit did. False means an OPTIMIZE
+    now would find only files an OPTIMIZE already wrote. None when the log cannot say from its newest `within`
+    commit files (a gap, an unreadable file, no OPTIMIZE among them)."""
+    try:
+        listing = list_log(folder)
+        if listing is None or listing.latest < 0:
+            return None
+        version, floor = listing.latest, 0
+        while version >= max(floor, listing.latest - within + 1):
+            if version not in listing.commits:
+                return None
+            actions = list(_actions(_commit_path(folder, version)))
+            info = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+            read = info.get("readVersion")
+            if info.get("operation") == "OPTIMIZE" and floor == 0 and isinstance(read, int):
+                floor = read + 1  # the commits it read are compacted; those between it and them are not
+            elif any("add" in action for action in actions):
+                return True
+            version -= 1
+        return False if version < floor else None  # walked down to the floor: every commit looked at
+    except (OSError, Unanswerable):
+        return None
+
+
+def oldest_commit_ms(folder: str) -> int | None:
+    """A time (ms since 1970) no retained commit of the table is older than: the smallest of the earliest commit
+    file's modification time, its in-commit timestamp and its commitInfo's own clock. None when the log cannot say.
+    Delta's `VACUUM ... LITE` deletes nothing while this is newer than its retention horizon (no commit lies
+    outside the retention window)."""
+    try:
+        listing = list_log(folder)
+        if listing is None or not listing.commits:
+            return None
+        mtime, info = _commit_info(_commit_path(folder, min(listing.commits)))
+    except (OSError, Unanswerable):
+        return None
+    clocks = [info.get("inCommitTimestamp"), info.get("timestamp")]
+    return min([mtime, *(c for c in clocks if isinstance(c, int) and not isinstance(c, bool))])
+
+
 def _snapshot_files(folder: str) -> tuple[int, dict[str, dict], dict | None] | None:
     """(latest version, each live file with its `add` action, the metaData) from the newest checkpoint and the
     commits after it; None when the log cannot say (deletion vectors, sidecar files, an unreadable file)."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import partials, tables
+from pipeframe.engine.commits import METADATA_OPS
 from pipeframe.engine.conflicts import table_lock
 from pipeframe.plan import records
 from pipeframe.sqltext import quote_path
@@ -20,24 +21,39 @@ if TYPE_CHECKING:
 def optimize(spark: SparkSession, targets: list[DeployedResource], retention_hours: float = 168.0,
              on_step: Callable[[str], None] = lambda _step: None) -> list[str]:
     """Compact view states to one row per key, delete rows past their TTL, compact files and vacuum; the names of
-    the tables done."""
+    the tables done.
+
+    Each step that the table's log shows has nothing to do is left out (a local table's log says so without a
+    Spark job; an OPTIMIZE and a VACUUM that find nothing cost ~20 Spark jobs and two empty commits a table)."""
     done = []
     for resource in targets:
         path, state = resource.path or "", resource.state
-        if state.kind == "view" and state.compact_sql:
+        if state.kind == "view" and state.compact_sql and not _compacted(spark, path):
             _compact(spark, resource, on_step)
         apply_ttl(spark, resource)
         # Delta refuses to Z-order by a partition column (a plain-column ENGINE_PARTITION_KEY, e.g. `day`).
         partition = (state.partition_key or "").strip().strip("`")
         zkeys = [k for k in state.sorting_key if k.strip("`") != partition]
         zorder = ", ".join(f"`{k}`" for k in zkeys) if state.partition_key and zkeys else ""
-        with table_lock(path):
-            spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
-        _vacuum(spark, path, retention_hours)
-        for kept in partials.kept(path):  # join views' partial states of this source: overwritten when folded
-            _vacuum(spark, kept, retention_hours)
+        if not tables.compacted_already(path, clustered=bool(state.sorting_key)):
+            with table_lock(path):
+                spark.sql(f"OPTIMIZE {quote_path(path)}" + (f" ZORDER BY ({zorder})" if zorder else ""))
+        # join views' partial states of this source (overwritten when folded) are vacuumed with it
+        for table in (path, *partials.kept(path)):
+            if not tables.nothing_to_vacuum(table, retention_hours):
+                _vacuum(spark, table, retention_hours)
         done.append(state.name)
     return done
+
+
+def _compacted(spark: SparkSession, path: str) -> bool:
+    """Whether the newest commit of the view's table that changed its rows is a compaction: it holds one row per
+    key already (maintenance commits after it, OPTIMIZE and VACUUM, change no rows)."""
+    for commit in tables.history(spark, path, 20):
+        if commit.operation not in METADATA_OPS or commit.metadata is not None:
+            return isinstance(commit.metadata, records.Compaction)
+    return False
+
 
 def _compact(spark: SparkSession, view: DeployedResource, on_step: Callable[[str], None]) -> None:
     """Rewrite the state rows as one row per key, in one overwrite commit tagged as compaction.

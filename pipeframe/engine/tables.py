@@ -423,6 +423,33 @@ def holds_no_rows(path: str, version: int | None = None) -> bool:
     return count is not None and count[1] == 0 and version in (None, count[0])
 
 
+def compacted_already(path: str, clustered: bool) -> bool:
+    """Whether an OPTIMIZE of the table at `path` would find nothing to do, known from its local log without a
+    Spark job: no file added since an OPTIMIZE compacted it, or (not clustered) at most one data file. False where
+    the log cannot say (a table elsewhere than in a local folder)."""
+    folder = local_folder(path)
+    if folder is None:
+        return False
+    if deltalog.added_since_optimize(folder) is False:
+        return True
+    count = None if clustered else deltalog.file_count(folder)
+    return count is not None and count[1] <= 1
+
+
+# Commit times come from file times and writers' clocks: a table is taken as younger than the retention only when
+# it is so by a margin.
+_CLOCK_MARGIN_MS = 60_000
+
+
+def nothing_to_vacuum(path: str, retention_hours: float) -> bool:
+    """Whether `VACUUM ... LITE RETAIN retention_hours HOURS` would delete nothing at `path`, known from its local
+    log: no commit of the table is older than the retention (Delta then finds no commit outside the retention window
+    and returns at once, after two empty VACUUM START/END commits). False where the log cannot say."""
+    folder = local_folder(path)
+    oldest = deltalog.oldest_commit_ms(folder) if folder is not None else None
+    return oldest is not None and oldest - _CLOCK_MARGIN_MS > time.time() * 1000 - retention_hours * 3_600_000
+
+
 def guarded_by_lock(path: str) -> bool:
     """Whether the writers of the view table at `path` take turns under `conflicts.view_lock`'s file lock: a table
     in a local folder. There the lock keeps a view's increments apart, and its watermark commits carry no Delta

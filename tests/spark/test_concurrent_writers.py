@@ -22,7 +22,7 @@ import httpx
 from pipeframe.project import Project
 from pipeframe.server.app import start_server
 from pipeframe.server.service import Service
-from tests.conftest import DAILY, EVENTS, HOURLY, write_project
+from tests.conftest import DAILY, EVENTS, HOURLY, answered_tuples, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 3
@@ -139,7 +139,7 @@ def assert_views_exact(project: Project, sent: list[str]) -> None:
     assert len(landed) == len(sent) and set(landed) == set(sent)
 
     def query(sql: str) -> list[tuple]:
-        return [tuple(r) for r in project.query(sql).collect()]
+        return answered_tuples(project, sql)
 
     assert query("SELECT hour, n, total FROM hourly ORDER BY 1") == query(HOURLY_TRUTH)
     assert query("SELECT day, n FROM daily ORDER BY 1") == query(DAILY_TRUTH)
@@ -188,5 +188,4 @@ def test_two_refreshers_that_read_one_watermark_apply_it_once_without_the_lock(s
     recorded = [c for c in tables.history(spark, path) if getattr(c.metadata, "source_version", None) == latest]
     assert len(recorded) == 1, recorded  # one commit applied the range; the other was skipped or refused
     after = Project(project.root, spark=spark, environ={})
-    assert [tuple(r) for r in after.query("SELECT hour, n, total FROM hourly ORDER BY 1").collect()] == [
-        tuple(r) for r in after.query(HOURLY_TRUTH).collect()]
+    assert answered_tuples(after, "SELECT hour, n, total FROM hourly ORDER BY 1") == answered_tuples(after, HOURLY_TRUTH)

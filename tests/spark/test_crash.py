@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeframe.project import Project
-from tests.conftest import DAILY, EVENTS, HOURLY, write_project
+from tests.conftest import DAILY, EVENTS, HOURLY, answered_tuples, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("materialize_worker.py")
@@ -81,7 +81,7 @@ def ndjson(path: Path, rows: list[dict]) -> Path:
 
 
 def rows(p: Project, sql: str) -> list[tuple]:
-    return [tuple(r) for r in p.query(sql).collect()]
+    return answered_tuples(p, sql)
 
 
 def assert_views_match_raw(p: Project, when: str) -> None:

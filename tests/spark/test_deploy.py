@@ -16,7 +16,7 @@ from pipeframe.errors import PipeframeError, RefusedError
 from pipeframe.plan import records
 from pipeframe.project import Project
 from pipeframe.sqltext import quote_string
-from tests.conftest import DAILY, EVENTS, HOURLY
+from tests.conftest import DAILY, EVENTS, HOURLY, answered_tuples
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
@@ -53,7 +53,7 @@ def deployed_with_one_event(root: Path, spark) -> tuple[Project, dict]:
 
 
 def rows(p: Project, sql: str) -> list[tuple]:
-    return [tuple(r) for r in p.query(sql).collect()]
+    return answered_tuples(p, sql)
 
 
 def table_files(p: Project, name: str) -> set[str]:

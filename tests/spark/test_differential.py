@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, Phase, assume, given, note, settings
 from hypothesis import strategies as st
 
 from pipeframe.project import Project
+from tests.conftest import answered
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
@@ -67,10 +68,6 @@ def quantile(got, want) -> bool:
         return got is None
     low, high = want
     return got is not None and low <= got <= high
-
-
-def collect(p: Project, sql: str) -> list[dict]:
-    return [row.asDict() for row in p.query(sql).collect()]
 
 
 def assert_same(got: list[dict], want: list[dict], keys: Iterable[str], checks: dict[str, Callable],
@@ -239,10 +236,10 @@ def test_example_project_views_equal_full_recomputation(spark, spark_config, tmp
         if i == 4:
             p.populate("sales_by_hour", truncate=True)  # rebuilds its cascade sales_by_day too
 
-    totals = collect(p, "SELECT (SELECT count(*) FROM sales) AS s, (SELECT count(*) FROM page_views) AS v")
+    totals = answered(p, "SELECT (SELECT count(*) FROM sales) AS s, (SELECT count(*) FROM page_views) AS v")
     assert totals == [{"s": 200, "v": 200}]
     for view in EXAMPLE_VIEWS:
-        assert_same(collect(p, view.read), collect(p, view.reference), view.keys, view.checks, view.read)
+        assert_same(answered(p, view.read), answered(p, view.reference), view.keys, view.checks, view.read)
 
 
 # ------------------------------------------------------------------------ 2. generated materialized pipes
@@ -532,9 +529,9 @@ def test_generated_views_equal_full_recomputation(spark, spark_config, scenario)
                        chunk_rows=chunk_rows)
         if i == scenario.optimize_after:
             p.optimize()
-    assert collect(p, "SELECT count(*) AS n FROM events") == [{"n": len(rows)}]
+    assert answered(p, "SELECT count(*) AS n FROM events") == [{"n": len(rows)}]
     for pipe in scenario.pipes:
-        assert_same(collect(p, pipe.view_sql()), collect(p, pipe.reference_sql()), [a for a, _ in pipe.keys],
+        assert_same(answered(p, pipe.view_sql()), answered(p, pipe.reference_sql()), [a for a, _ in pipe.keys],
                     pipe.checks(), scenario.describe())
     shutil.rmtree(root, ignore_errors=True)
 
@@ -560,7 +557,7 @@ def test_quantile_of_a_group_without_values_reads_as_null(spark, spark_config):
                       "SELECT a, percentile_approx(x, 0.5) AS p FROM events GROUP BY a")
     append(p, "events", [event("10:00:00", "k1", x=5.0), event("10:00:01", "k2")], 2)
     reference = "SELECT a, percentile_approx(x, array(0.45, 0.55), 1000000) AS p FROM events GROUP BY a"
-    assert_same(collect(p, "SELECT * FROM view"), collect(p, reference), ["a"], {"p": quantile})
+    assert_same(answered(p, "SELECT * FROM view"), answered(p, reference), ["a"], {"p": quantile})
 
 
 def test_stddev_of_a_constant_group_is_zero_not_nan(spark, spark_config):
@@ -569,7 +566,7 @@ def test_stddev_of_a_constant_group_is_zero_not_nan(spark, spark_config):
     append(p, "events", [event("10:00:00", "k1", x=0.1), event("10:00:01", "k1", x=0.1)], 2)
     append(p, "events", [event("10:00:02", "k1", x=0.1)], 1)
     reference = "SELECT a, stddev_samp(x) AS sd, var_samp(x) AS v FROM events GROUP BY a"
-    assert_same(collect(p, "SELECT * FROM view"), collect(p, reference), ["a"], {"sd": moment, "v": moment})
+    assert_same(answered(p, "SELECT * FROM view"), answered(p, reference), ["a"], {"sd": moment, "v": moment})
 
 
 def test_plain_clickhouse_spellings_are_aggregates(spark, spark_config):
@@ -581,7 +578,7 @@ def test_plain_clickhouse_spellings_are_aggregates(spark, spark_config):
     append(p, "events", [event("10:00:03", "k1", x=4.0, u="c"), event("10:00:04", "k2", u="a")], 2)
     reference = ("SELECT a, count(DISTINCT u) AS n, count(DISTINCT u) AS approx, "
                  "percentile_approx(x, array(0.45, 0.55), 1000000) AS median FROM events GROUP BY a")
-    assert_same(collect(p, "SELECT * FROM view"), collect(p, reference), ["a"],
+    assert_same(answered(p, "SELECT * FROM view"), answered(p, reference), ["a"],
                 {"n": exact, "approx": hll, "median": quantile})
     # The same spellings over raw rows (an ad-hoc query or an endpoint) are the plain Spark aggregates.
-    assert collect(p, "SELECT uniqExact(u) AS n FROM events") == [{"n": 3}]
+    assert answered(p, "SELECT uniqExact(u) AS n FROM events") == [{"n": 3}]

@@ -19,7 +19,7 @@ import httpx
 
 from pipeframe.engine.localserver import free_port
 from pipeframe.project import Project
-from tests.conftest import DAILY, EVENTS, HOURLY
+from tests.conftest import DAILY, EVENTS, HOURLY, answered_tuples
 from tests.spark.conftest import deployed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,7 @@ def test_serve_killed_during_bursts_lands_every_request_once(spark, spark_config
                                                                             "daily": ("active", 0)}
 
     def query(sql: str) -> list[tuple]:
-        return [tuple(r) for r in after.query(sql).collect()]
+        return answered_tuples(after, sql)
 
     assert query("SELECT hour, n, total FROM hourly ORDER BY 1") == query(
         "SELECT date_trunc('hour', ts), count(*), sum(amount) FROM events GROUP BY 1 ORDER BY 1")

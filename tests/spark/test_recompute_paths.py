@@ -19,6 +19,7 @@ import pytest
 from pipeframe.engine import deltalog, recompute
 from pipeframe.engine.conflicts import local_folder
 from pipeframe.project import Project
+from tests.conftest import answered_tuples
 
 SOURCE = """\
 SCHEMA >
@@ -62,7 +63,7 @@ def project(spark, spark_config) -> Project:
 
 
 def rows(p: Project, sql: str) -> list[tuple]:
-    return sorted((tuple(r) for r in p.query(sql).collect()), key=repr)
+    return sorted(answered_tuples(p, sql), key=repr)
 
 
 def last_commit(p: Project, view: str) -> dict:

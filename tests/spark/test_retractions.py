@@ -36,13 +36,13 @@ from hypothesis import strategies as st
 from pipeframe.engine import partials, tables
 from pipeframe.plan import records
 from pipeframe.project import Project
+from tests.conftest import answered
 from tests.spark.test_differential import (
     START,
     accepted,
     append,
     assert_same,
     close,
-    collect,
     exact,
     fresh_root,
     generate_rows,
@@ -117,12 +117,12 @@ def write_extras(root) -> None:
 
 def assert_views_equal_recomputation(p: Project, scenario, context: str) -> None:
     for pipe in scenario.pipes:
-        assert_same(collect(p, pipe.view_sql()), collect(p, pipe.reference_sql()), [a for a, _ in pipe.keys],
+        assert_same(answered(p, pipe.view_sql()), answered(p, pipe.reference_sql()), [a for a, _ in pipe.keys],
                     pipe.checks(), context + "\n" + scenario.describe())
     for name, (_, reference, keys, checks) in EXTRA_PIPES.items():
-        assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks, f"{name}: {context}")
+        assert_same(answered(p, f"SELECT * FROM {name}"), answered(p, reference), keys, checks, f"{name}: {context}")
     name, _, reference, keys, checks = CASCADE
-    assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks, f"{name}: {context}")
+    assert_same(answered(p, f"SELECT * FROM {name}"), answered(p, reference), keys, checks, f"{name}: {context}")
 
 
 def change(p: Project, rng: random.Random, path: str, fresh: list[dict]) -> tuple[str, list]:
@@ -143,7 +143,7 @@ def change(p: Project, rng: random.Random, path: str, fresh: list[dict]) -> tupl
         result = p.replace("events", rows, where=f"a = '{a}'")
         return f"replace where a = '{a}' with {len(rows)} rows", list(result.views)
     # an upsert by another job: some existing rows (by ts) get new values, new rows are inserted
-    existing = [r["ts"] for r in collect(p, "SELECT CAST(ts AS STRING) AS ts FROM events")]
+    existing = [r["ts"] for r in answered(p, "SELECT CAST(ts AS STRING) AS ts FROM events")]
     matched = rng.sample(existing, min(len(existing), rng.randint(1, 6)))
     news = fresh[: rng.randint(0, 5)]
     del fresh[: len(news)]
@@ -182,9 +182,9 @@ def test_views_follow_deletes_updates_and_upserts(spark, spark_config, scenario,
             paths |= {(v.view, v.path) for v in views if v.path}
             assert_views_equal_recomputation(p, scenario, "after " + "; ".join(steps))
     # A random change can match no row; this one surely removes one, so every companion meets a retraction.
-    if not collect(p, "SELECT ts FROM events LIMIT 1"):
+    if not answered(p, "SELECT ts FROM events LIMIT 1"):
         append(p, "events", fresh[:1], 1)
-    [row] = collect(p, "SELECT CAST(ts AS STRING) AS ts FROM events ORDER BY ts LIMIT 1")
+    [row] = answered(p, "SELECT CAST(ts AS STRING) AS ts FROM events ORDER BY ts LIMIT 1")
     _, views = p.delete("events", f"ts = TIMESTAMP '{row['ts']}'")
     paths |= {(v.view, v.path) for v in views if v.path}
     assert_views_equal_recomputation(p, scenario, "after deleting the first row")
@@ -276,7 +276,7 @@ def test_views_joining_two_tables_follow_appends_and_changes_on_both_sides(spark
         assert not failed, (steps, failed)
         ways |= {v.path for v in views if v.path}
         for name, (_, reference, keys, checks) in JOIN_VIEWS.items():
-            assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks,
+            assert_same(answered(p, f"SELECT * FROM {name}"), answered(p, reference), keys, checks,
                         f"{name} after {steps}")
     assert {"join", "join-negate"} <= ways, ways  # changes on the joined side reached both views, each its way
     # by_country's aggregates read only `orders`: a change to `customers` joined the orders' partial states
@@ -338,7 +338,7 @@ def test_a_join_view_follows_its_joined_table_through_the_partial_states_of_its_
         assert all(r.outcome in ("applied", "up to date") for r in results), results
         assert {r.view: r.path for r in results if r.view in views} == dict.fromkeys(views, way), (step, results)
         for name, (_, reference, keys, checks) in views.items():
-            assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks,
+            assert_same(answered(p, f"SELECT * FROM {name}"), answered(p, reference), keys, checks,
                         f"{name} after step {step}")
     # A query Spark refuses over the partial states (a shape let through by mistake): the view joins `orders`.
     derive = partials.derive
@@ -347,7 +347,7 @@ def test_a_join_view_follows_its_joined_table_through_the_partial_states_of_its_
     spark.sql(f"UPDATE delta.`{paths['customers']}` SET country = 'NL' WHERE cid = 'c2'")
     assert {(r.view, r.outcome, r.path) for r in p.refresh()} == {(n, "applied", "join-negate") for n in views}
     for name, (_, reference, keys, checks) in views.items():
-        assert_same(collect(p, f"SELECT * FROM {name}"), collect(p, reference), keys, checks, f"{name} joined")
+        assert_same(answered(p, f"SELECT * FROM {name}"), answered(p, reference), keys, checks, f"{name} joined")
         newest = tables.latest_commit(spark, p.warehouse.snapshot(fresh=True).table(name).path)
         assert newest.metadata.path == "join-negate" and not newest.metadata.partials, newest
     kept = sorted((Path(paths["orders"] + "_partials")).iterdir())

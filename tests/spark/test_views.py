@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeframe.engine import deltalog
 from pipeframe.errors import PipeframeError
 from pipeframe.project import Project
-from tests.conftest import DAILY, EVENTS, HOURLY
+from tests.conftest import DAILY, EVENTS, HOURLY, answered_tuples
 
 EVENTS_JSON = EVENTS.replace("`user_id` STRING,", "`user_id` STRING `json:$.user.id`,").replace(
     "`amount` INT", "`amount` INT DEFAULT 1")
@@ -40,7 +41,7 @@ def events(*rows: tuple[str, str, int | None]) -> list[dict]:
 
 
 def rows(p: Project, sql: str) -> list[tuple]:
-    return [tuple(r) for r in p.query(sql).collect()]
+    return answered_tuples(p, sql)
 
 
 def assert_views_match_raw(p: Project) -> None:
@@ -153,9 +154,27 @@ def test_optimize_compacts_states_to_one_row_per_key_with_identical_results(proj
     project.optimize()
     assert project.spark.read.format("delta").load(hourly_path).count() == 2
     assert rows(project, "SELECT hour, n, total FROM hourly ORDER BY 1") == before
+    # What `optimize` left out as having nothing to do (read from each table's log), Delta finds nothing to do in,
+    # and a second `optimize` commits nothing.
+    snapshot = project.warehouse.snapshot(fresh=True)
+    paths = {name: snapshot.table(name).path for name in ("events", "hourly", "daily")}
+    versions = {name: deltalog.latest_version(path) for name, path in paths.items()}
+    assert project.optimize() == ["events", "hourly", "daily"]
+    assert {name: deltalog.latest_version(path) for name, path in paths.items()} == versions
+    for path in paths.values():
+        [done] = project.spark.sql(f"OPTIMIZE delta.`{path}`").collect()
+        assert (done.metrics.numFilesAdded, done.metrics.numFilesRemoved) == (0, 0), path
+        assert project.spark.sql(f"VACUUM delta.`{path}` LITE RETAIN 168 HOURS DRY RUN").count() == 0, path
     # The compaction is invisible downstream: daily neither double counts nor goes stale.
     project.append("events", events(("2024-05-01 23:00:00", "c", 1)))
     assert [v.outcome for v in project.refresh()] == ["up to date", "up to date"]
+    assert_views_match_raw(project)
+    # With no retention, VACUUM runs and leaves only the files the tables use.
+    (project.root / "pipeframe.yaml").write_text("name: viewtest\nretention_hours: 0\n")
+    Project(project.root, spark=project.spark, environ={}).optimize()
+    for path in paths.values():
+        on_disk = {str(f) for f in Path(path).rglob("*.parquet") if "_delta_log" not in f.parts}
+        assert on_disk == set(deltalog.live_files(path)[1]), path
     assert_views_match_raw(project)
 
 

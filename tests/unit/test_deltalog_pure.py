@@ -246,3 +246,51 @@ def test_file_count_reads_tables_of_any_layout_where_live_files_refuses(tmp_path
     assert deltalog.file_count(str(tmp_path)) == (2, 0)
     write_commit(log, 3, commit_info(), {"add": {**add, "deletionVector": {"storageType": "u", "cardinality": 1}}})
     assert deltalog.file_count(str(tmp_path)) is None
+
+
+def test_files_added_since_the_newest_optimize_and_the_commits_it_did_not_read(tmp_path):
+    """`added_since_optimize` (may `optimize` leave a table's OPTIMIZE out): adds after the newest OPTIMIZE, or
+    committed between the version it read and its own commit, count; its own compacted files and the empty VACUUM
+    commits do not; an unreadable range says nothing."""
+    log, folder = tmp_path / "_delta_log", str(tmp_path)
+    add = {"add": {"path": "a.parquet", "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}}
+    write_commit(log, 0, commit_info("CREATE TABLE"), META)
+    assert deltalog.added_since_optimize(folder) is False  # an empty table
+    write_commit(log, 1, commit_info(), add)
+    assert deltalog.added_since_optimize(folder) is True
+    write_commit(log, 2, commit_info(), add)
+    write_commit(log, 3, commit_info("OPTIMIZE", readVersion=2), add, {"remove": {"path": "a.parquet"}})
+    write_commit(log, 4, commit_info("VACUUM START"))
+    write_commit(log, 5, commit_info("VACUUM END"))
+    assert deltalog.added_since_optimize(folder) is False
+    write_commit(log, 6, commit_info(), add)
+    assert deltalog.added_since_optimize(folder) is True
+    write_commit(log, 7, commit_info("OPTIMIZE", readVersion=5), add)  # version 6 landed while it ran
+    assert deltalog.added_since_optimize(folder) is True
+    assert deltalog.added_since_optimize(folder, within=1) is None  # the version it did not read is not looked at
+    write_commit(log, 8, commit_info("OPTIMIZE", readVersion=7), add)
+    write_commit(log, 9, commit_info("VACUUM START"))
+    assert deltalog.added_since_optimize(folder) is False
+    assert deltalog.added_since_optimize(folder, within=2) is False
+    assert deltalog.added_since_optimize(folder, within=1) is None  # no OPTIMIZE among the commits looked at
+    (log / f"{8:020d}.json").unlink()  # a gap
+    assert deltalog.added_since_optimize(folder) is None
+    assert deltalog.added_since_optimize(str(tmp_path / "nothing")) is None
+
+
+def test_the_oldest_commit_time_is_the_smallest_clock_of_the_earliest_commit(tmp_path):
+    """`oldest_commit_ms` (may `optimize` leave VACUUM out): of the earliest retained commit, the smallest of its file
+    time, its in-commit timestamp and its writer's clock, so a copied file's new time does not make a table young."""
+    log, folder = tmp_path / "_delta_log", str(tmp_path)
+    assert deltalog.oldest_commit_ms(folder) is None
+    write_commit(log, 0, {"commitInfo": {"operation": "CREATE TABLE", "timestamp": BASE_MS + 5_000}}, META,
+                 mtime_ms=BASE_MS + 9_000)
+    write_commit(log, 1, commit_info(timestamp=BASE_MS - 40_000), mtime_ms=BASE_MS - 50_000)  # not read
+    assert deltalog.oldest_commit_ms(folder) == BASE_MS + 5_000
+    write_commit(log, 0, {"commitInfo": {"operation": "CREATE TABLE", "timestamp": BASE_MS + 5_000,
+                                         "inCommitTimestamp": BASE_MS + 1_000}}, META, mtime_ms=BASE_MS + 9_000)
+    deltalog._LISTINGS.clear()
+    assert deltalog.oldest_commit_ms(folder) == BASE_MS + 1_000
+    (log / f"{0:020d}.json").unlink()  # cleaned up: the earliest retained commit is version 1
+    deltalog._LISTINGS.clear()
+    assert deltalog.oldest_commit_ms(folder) == BASE_MS - 50_000
