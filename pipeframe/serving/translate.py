@@ -462,6 +462,15 @@ def _count_if(node: exp.Expr) -> exp.Expr:
     return exp.Coalesce(this=node, expressions=[exp.Literal.number(0)])
 
 
+def _arg_extreme(node: exp.Expr) -> exp.Expr:
+    """Spark's max_by/min_by give the value of the row with the greatest/least ordering, NULL when that row's value
+    is NULL; DuckDB's arg_max/arg_min skip rows whose value is NULL (its arg_max_null/arg_min_null do not)."""
+    if node.args.get("count") is not None:
+        raise Untranslatable(f"`{node.sql_name().lower()}`", "a count of values")
+    name = "arg_max_null" if isinstance(node, exp.ArgMax) else "arg_min_null"
+    return exp.Anonymous(this=name, expressions=[node.this, node.expression])
+
+
 def _substring(node: exp.Expr) -> exp.Expr:
     """Spark's substring takes a start of 0 as 1 (DuckDB's counts the position before the first character); other
     starts and lengths agree when they are constants, a start of at least 0 and a length of at least 0."""
@@ -563,6 +572,7 @@ def _bracket(node: exp.Expr) -> exp.Expr:
 _HANDLERS: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr]] = {
     exp.Div: _divide, exp.IntDiv: _divide, exp.Mod: _divide, exp.Round: _round, exp.Like: _like,
     exp.ILike: _like, exp.Anonymous: _anonymous, exp.CountIf: _count_if, exp.Substring: _substring,
+    exp.ArgMax: _arg_extreme, exp.ArgMin: _arg_extreme,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Interval: _interval, exp.RegexpLike: _regex,
     exp.RegexpReplace: _regex, exp.JSONExtractScalar: _json_value, exp.Bracket: _bracket,
 }

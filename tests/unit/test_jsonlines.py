@@ -206,7 +206,8 @@ def test_flat_batches_read_by_pyarrow_are_typed_as_line_by_line():
     `type_lines` picks for them are typed as line by line."""
     counts: Counter = Counter()
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(_flat_line(), min_size=1, max_size=8), st.integers(0, len(_FLAT_COLUMNS) - 1))
     def check(lines: list[str], first: int) -> None:
         _same_as_line_by_line(lines, _FLAT_COLUMNS[first:] + _FLAT_COLUMNS[:first], counts)
@@ -221,7 +222,8 @@ def test_nested_batches_read_by_pyarrow_are_typed_as_line_by_line():
     that fit, so that many are read by pyarrow."""
     counts: Counter = Counter()
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(st.sampled_from(_FLAT_COLUMNS[:-1]), unique=True, max_size=4), st.booleans(), st.data())
     def check(flat: list[str], odd: bool, data: st.DataObject) -> None:
         flat = flat if odd else []  # the flat columns' values misfit often
@@ -423,7 +425,8 @@ def test_batches_of_every_type_read_by_pyarrow_are_typed_as_line_by_line():
     reasons as line by line, and the reader types a real share of them."""
     counts: Counter = Counter()
 
-    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(_typed_batch())
     def check(batch: tuple[list[str], list[str]]) -> None:
         columns, lines = batch

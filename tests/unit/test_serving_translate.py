@@ -62,6 +62,14 @@ def test_results_take_sparks_types(db):
         db.execute(translate.translate(translate.parse("SELECT sum(big) + 1000 AS t FROM t"), SCHEMA).sql).fetchall()
 
 
+def test_max_by_and_min_by_give_the_extreme_rows_value_even_when_it_is_null(db):
+    # The latest `ts` has s NULL: Spark's max_by gives NULL (DuckDB's arg_max skips the row and gives 'héllo'); the
+    # row whose ts is NULL is skipped by both.
+    rows, _ = run(db, "SELECT max_by(s, ts) AS latest, min_by(s, ts) AS earliest, max_by(n, x) AS top FROM t")
+    assert rows == [(None, "héllo", 7)]
+    assert db.execute("SELECT arg_max(s, ts) FROM t").fetchone() == ("héllo",)  # what the transform is for
+
+
 def test_like_escapes_with_a_backslash_as_spark_does(db):
     rows, _ = run(db, r"SELECT count_if(s LIKE 'h\_llo') AS plain, count_if('a_b' LIKE 'a\_b') AS escaped FROM t")
     assert rows == [(0, 3)]
