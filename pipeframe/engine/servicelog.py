@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeframe.compiler.service import OPS_LOG, PIPE_STATS, SERVICE_TABLES, ServiceTable
-from pipeframe.engine import deltaappend, session
+from pipeframe.engine import deltaappend, session, tables
 from pipeframe.engine.conflicts import local_folder, retrying, table_lock
 from pipeframe.errors import PipeframeError
 from pipeframe.sqltext import first_line, quote_path
@@ -36,6 +36,7 @@ log = logging.getLogger("pipeframe.servicelog")
 MAX_BUFFERED = 100_000  # rows a table keeps while its writes fail
 MAX_REQUEST_ID = 200  # characters of a request's X-Request-Id kept
 RETENTION_EVERY = 3600.0  # seconds between two deletes of expired rows
+VACUUM_RETENTION_HOURS = 168.0  # what a plain VACUUM keeps: Delta's default delta.deletedFileRetentionDuration
 
 
 class ServiceLog:
@@ -218,18 +219,25 @@ class ServiceLog:
     def expire(self) -> None:
         """Delete the rows older than `retention_days`, compact the small files of the hour's appends and vacuum
         what no version within Delta's default retention (7 days) reads (`flush` does, once an hour; a table not
-        made yet: nothing)."""
+        made yet: nothing). A step a local table's log shows has nothing to do is left out."""
         self._expired_at = time.monotonic()
-        cutoff = (self.clock() - timedelta(days=self.settings.retention_days)).astimezone(UTC)
+        cutoff = (self.clock() - timedelta(days=self.settings.retention_days)).astimezone(UTC).replace(microsecond=0)
         for table in list(self._made):
             column = table.columns[0][0]  # the time of the row
             try:
                 warehouse = self.warehouse()
-                path = quote_path(table.path(warehouse.uri))
-                warehouse.spark.sql(f"DELETE FROM {path} WHERE `{column}` < "
-                                    f"TIMESTAMP '{cutoff:%Y-%m-%d %H:%M:%S}+00:00'")
-                warehouse.spark.sql(f"OPTIMIZE {path}")
-                warehouse.spark.sql(f"VACUUM {path}")
+                location = table.path(warehouse.uri)
+                path = quote_path(location)
+                # Each step runs unless the table's local log shows it has nothing to do (a Spark job each, an
+                # hour apart, beside the server's ingest): no row older than the cutoff, no file added since the
+                # last OPTIMIZE, no commit older than VACUUM's 7 days (a file it could delete is older still).
+                if not tables.nothing_before(location, column, cutoff):
+                    warehouse.spark.sql(f"DELETE FROM {path} WHERE `{column}` < "
+                                        f"TIMESTAMP '{cutoff:%Y-%m-%d %H:%M:%S}+00:00'")
+                if not tables.compacted_already(location, clustered=False):
+                    warehouse.spark.sql(f"OPTIMIZE {path}")
+                if not tables.nothing_to_vacuum(location, VACUUM_RETENTION_HOURS):
+                    warehouse.spark.sql(f"VACUUM {path}")
             except Exception as exc:  # noqa: BLE001 — tried again in an hour
                 log.warning("pipeframe could not delete expired rows of %s: %s", table.qualified, first_line(exc))
 

@@ -4,6 +4,7 @@ a source between two versions (its commit history and its change data feed)."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 import shutil
@@ -12,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pipeframe.engine import deltaappend, deltalog
@@ -448,6 +450,30 @@ def nothing_to_vacuum(path: str, retention_hours: float) -> bool:
     folder = local_folder(path)
     oldest = deltalog.oldest_commit_ms(folder) if folder is not None else None
     return oldest is not None and oldest - _CLOCK_MARGIN_MS > time.time() * 1000 - retention_hours * 3_600_000
+
+
+def nothing_before(path: str, column: str, bound: datetime) -> bool:
+    """Whether no row of the table at `path` holds a `column` (a TIMESTAMP) earlier than `bound` (aware), known from
+    the file statistics of its local log (a minimum there is never above the file's least value: Delta rounds it
+    down to the millisecond). False where the log cannot say: a table elsewhere, a file without the column's bounds
+    and with rows that are not NULL in it."""
+    folder = local_folder(path)
+    found = deltalog.live_files(folder) if folder is not None else None
+    if found is None:
+        return False
+    for add in found[1].values():
+        stats = json.loads(add.get("stats") or "{}")
+        rows = stats.get("numRecords")
+        if rows == 0 or (rows is not None and stats.get("nullCount", {}).get(column) == rows):
+            continue  # no row, or only NULLs: `column < bound` holds for none
+        least = stats.get("minValues", {}).get(column)
+        try:
+            low = datetime.fromisoformat(least) if isinstance(least, str) else None
+        except ValueError:
+            low = None
+        if low is None or low.tzinfo is None or low < bound:
+            return False
+    return True
 
 
 def guarded_by_lock(path: str) -> bool:

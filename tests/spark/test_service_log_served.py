@@ -211,6 +211,20 @@ def test_rows_older_than_the_retention_are_deleted(project: Project) -> None:
     clock[0] = now
     log.expire()
     assert [r[0] for r in project.query(names).collect()] == ["retention_kept"]
+    # An hour later nothing is older than the cutoff, nothing was added since the OPTIMIZE and the table is younger
+    # than VACUUM's 7 days: the table's log shows it, and no step runs (no commit; Delta's VACUUM START/END included).
+    from pipeframe.compiler.service import OPS_LOG
+    from pipeframe.engine import deltalog
+    from pipeframe.engine.conflicts import local_folder
+
+    folder = local_folder(OPS_LOG.path(project.warehouse.uri))
+    operations = [c.operation for c in deltalog.history(folder, limit=3)]
+    assert operations[0] == "OPTIMIZE" and "DELETE" in operations and "VACUUM END" not in operations, operations
+    version = deltalog.latest_version(folder)
+    clock[0] = now + timedelta(hours=1)
+    log.expire()
+    assert deltalog.latest_version(folder) == version
+    assert [r[0] for r in project.query(names).collect()] == ["retention_kept"]
 
 
 def test_spark_writes_what_a_local_append_would(project: Project) -> None:

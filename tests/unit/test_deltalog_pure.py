@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -294,3 +294,40 @@ def test_the_oldest_commit_time_is_the_smallest_clock_of_the_earliest_commit(tmp
     (log / f"{0:020d}.json").unlink()  # cleaned up: the earliest retained commit is version 1
     deltalog._LISTINGS.clear()
     assert deltalog.oldest_commit_ms(folder) == BASE_MS - 50_000
+
+
+def test_no_row_before_a_time_is_read_from_the_files_statistics(tmp_path):
+    """`tables.nothing_before` (may the service log leave its hourly DELETE out): every live file's minimum of the
+    time column is at or after the bound; files of NULLs only or no rows do not count; a file without bounds, a
+    zone-less bound or a table the log cannot read says nothing."""
+    from datetime import UTC
+
+    from pipeframe.engine import tables
+
+    log, folder = tmp_path / "_delta_log", str(tmp_path)
+    bound = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+    def add(name: str, stats: dict | None) -> dict:
+        action = {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}
+        return {"add": {**action, **({"stats": json.dumps(stats)} if stats is not None else {})}}
+
+    write_commit(log, 0, commit_info("CREATE TABLE"), META)
+    assert tables.nothing_before(folder, "ts", bound) is True  # no file at all
+    write_commit(log, 1, commit_info(), add("a.parquet", {"numRecords": 2, "minValues": {"ts": "2026-11-26T12:00:00.000Z"},
+                                                          "nullCount": {"ts": 0}}),
+                 add("b.parquet", {"numRecords": 3, "minValues": {}, "nullCount": {"ts": 3}}),
+                 add("c.parquet", {"numRecords": 0}))
+    assert tables.nothing_before(folder, "ts", bound) is True
+    assert tables.nothing_before(folder, "ts", bound + timedelta(milliseconds=1)) is False
+    write_commit(log, 2, commit_info(), add("d.parquet", {"numRecords": 1, "minValues": {"ts": "2026-11-26T12:30:00.000+01:00"},
+                                                          "nullCount": {"ts": 0}}))
+    assert tables.nothing_before(folder, "ts", bound) is False  # 12:30+01:00 is 11:30 UTC
+    write_commit(log, 3, commit_info("DELETE"), {"remove": {"path": "d.parquet", "dataChange": True}},
+                 add("e.parquet", {"numRecords": 1, "minValues": {"ts": "2026-11-27T00:00:00.000"}, "nullCount": {"ts": 0}}))
+    assert tables.nothing_before(folder, "ts", bound) is False  # a zone-less bound: not comparable
+    write_commit(log, 4, commit_info("DELETE"), {"remove": {"path": "e.parquet", "dataChange": True}},
+                 add("f.parquet", None))
+    assert tables.nothing_before(folder, "ts", bound) is False  # no statistics
+    write_commit(log, 5, commit_info("DELETE"), {"remove": {"path": "f.parquet", "dataChange": True}})
+    assert tables.nothing_before(folder, "ts", bound) is True
+    assert tables.nothing_before(str(tmp_path / "nothing"), "ts", bound) is False
