@@ -4,7 +4,7 @@ run once over the source, and the view's commit was made without a Spark job (de
 only what the change needs:
 
 - a delete of one hour: only that hour's source rows are aggregated, and only the view files holding it rewritten
-  (here the one file of a rebuild by Spark, whose timestamps are INT96);
+  (here files of a rebuild by Spark, whose timestamps are INT96);
 - a delete touching most groups: every group is computed again from the whole source, every row of the view
   replaced (nothing copied)."""
 
@@ -14,6 +14,7 @@ import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipeframe.engine import deltalog, recompute
@@ -86,6 +87,11 @@ def test_a_delete_recomputes_only_the_touched_groups_or_every_group(project, mon
     p.refresh("peaks", full=True)  # the view's files written by Spark (its timestamps as INT96), not by pyarrow
     assert rows(p, "SELECT * FROM peaks") == rows(p, PEAKS_TRUTH)
     view_rows = len(rows(p, "SELECT * FROM peaks"))
+    # the rows of the view's files that hold the hour deleted next (Spark's rebuild wrote one file per partition)
+    folder = local_folder(p.warehouse.snapshot(fresh=True).table("peaks").path)
+    written = [pq.read_table(f) for f in deltalog.data_files(folder)[1]]
+    [holding] = [t for t in written if datetime(2024, 5, 2, 5) in t.column("hour").to_pylist()]
+    assert sum(t.num_rows for t in written) == view_rows
 
     # one hour: its group alone is recomputed, from its own rows
     deleted, views = p.delete("events", "ts >= TIMESTAMP '2024-05-02 05:00:00' AND ts < TIMESTAMP '2024-05-02 06:00:00'")
@@ -94,10 +100,11 @@ def test_a_delete_recomputes_only_the_touched_groups_or_every_group(project, mon
     assert rows(p, "SELECT * FROM daily_peaks") == rows(p, DAILY_TRUTH)
     narrow = last_commit(p, "peaks")
     assert narrow["engineInfo"].startswith("pipeframe") and narrow["operation"] == "MERGE"
-    # the hour's row out (all 3 of its rows deleted: nothing to insert), the other hours copied from the one file
-    # Spark's rebuild wrote
+    # the hour's row out (all 3 of its rows deleted: nothing to insert), the other hours of its file copied, and
+    # no other file rewritten
     assert (narrow["operationMetrics"]["numTargetRowsDeleted"], narrow["operationMetrics"]["numTargetRowsInserted"],
-            narrow["operationMetrics"]["numTargetRowsCopied"]) == ("1", "0", str(view_rows - 1))
+            narrow["operationMetrics"]["numTargetRowsCopied"]) == ("1", "0", str(holding.num_rows - 1))
+    assert narrow["operationMetrics"]["numTargetFilesRemoved"] == "1"
 
     # the group of rows without a time
     deleted, views = p.delete("events", "ts IS NULL")
