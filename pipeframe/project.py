@@ -350,7 +350,7 @@ class Project:
     def warehouse(self) -> Warehouse:
         from pipeframe.engine.warehouse import Warehouse
 
-        return Warehouse(self.spark, self.config.warehouse_uri)
+        return Warehouse(lambda: self.spark, self.config.warehouse_uri)  # Spark starts when a step needs it
 
     @property
     def snapshot(self) -> DeployedSnapshot:

@@ -120,8 +120,8 @@ def _updating(where: Callable[[dict], bool], values: dict) -> Callable[[list[dic
 class Warehouse:
     """One warehouse (a local folder or any Hadoop URI) seen through one SparkSession."""
 
-    def __init__(self, spark: SparkSession, uri: str) -> None:
-        self.spark = spark
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession], uri: str) -> None:
+        self._spark = spark  # or how to start it: reads of a local warehouse need no session (`deploy --check`)
         self.uri = uri.rstrip("/")
         self.state_path = state_path(self.uri)
         self.lock_path = f"{self.uri}/_pipeframe/lock"
@@ -130,6 +130,13 @@ class Warehouse:
         self.streams_path = f"{self.uri}/_pipeframe/streams"  # Structured Streaming's checkpoints (Kafka)
         self._snapshot: DeployedSnapshot | None = None
         self._records_at: tuple[int, dict[str, ViewRecord]] | None = None  # the view records of a local version
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session, started on first use where the warehouse was given a function that starts it."""
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
 
     # ------------------------------------------------------------------------------------ layout
     def table_path(self, name: str, version: int) -> str:

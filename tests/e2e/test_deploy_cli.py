@@ -29,6 +29,11 @@ def test_deploy_check_then_deploy_then_nothing_to_do(tmp_path):
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert "✓ deployed" in applied.stdout and "Traceback" not in applied.stdout + applied.stderr
 
+    # A local warehouse's plan and history are read from its files: no JVM starts (the project's spark.log is
+    # written by an embedded Spark start only).
+    log = project / ".pipeframe" / "spark.log"
+    assert log.exists()
+    log.unlink()
     again = pipeframe("deploy", "--check", cwd=project)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "No changes" in again.stdout
@@ -37,3 +42,4 @@ def test_deploy_check_then_deploy_then_nothing_to_do(tmp_path):
     assert history.returncode == 0
     [record] = json.loads(history.stdout)
     assert record["result"] == "succeeded" and record["changes"] == len(planned["changes"])
+    assert not log.exists()
