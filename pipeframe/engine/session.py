@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pipeframe.config import STATE_DIR, ProjectConfig
+from pipeframe.engine.classarchive import ClassArchive
 from pipeframe.engine.localstate import running
 from pipeframe.errors import PipeframeError
 
@@ -140,17 +141,16 @@ def java_problem() -> str | None:
 
     Looks where Spark's launcher looks: JAVA_HOME/bin/java when JAVA_HOME is set, else `java` on PATH.
     """
+    java = java_binary()
     java_home = os.environ.get("JAVA_HOME")
     if java_home:
-        java = Path(java_home) / "bin" / ("java.exe" if os.name == "nt" else "java")
-        if not java.is_file():
-            return f"JAVA_HOME is set to {java_home}, but {java} does not exist."
+        if java is None:
+            return f"JAVA_HOME is set to {java_home}, but {Path(java_home) / 'bin' / 'java'} does not exist."
         where = f"JAVA_HOME ({java_home})"
     else:
-        found = shutil.which("java")
-        if found is None:
+        if java is None:
             return "Java is not installed (no `java` on PATH and JAVA_HOME is not set); Spark needs Java 17 or newer."
-        java, where = Path(found), f"`java` on PATH ({found})"
+        where = f"`java` on PATH ({java})"
     try:
         done = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -161,6 +161,16 @@ def java_problem() -> str | None:
     if major < MIN_JAVA:
         return f"{where} is Java {major}, but Spark 4 needs Java {MIN_JAVA} or newer."
     return None
+
+
+def java_binary() -> Path | None:
+    """The java Spark's launcher runs: JAVA_HOME/bin/java when JAVA_HOME is set, else `java` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = Path(java_home) / "bin" / ("java.exe" if os.name == "nt" else "java")
+        return java if java.is_file() else None
+    found = shutil.which("java")
+    return Path(found) if found else None
 
 
 def java_major_version(version_output: str) -> int | None:
@@ -370,6 +380,11 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
             # spark-submit resolves it through ivy into ~/.ivy2.5.2 on the first start.
             builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
 
+    java = java_binary()
+    option = ClassArchive(java, conf).java_option() if java is not None else None
+    if option:
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), option])))
     log = _jvm_log(config)
     session = None
     with resolving, _jvm_output_into(log) as start:

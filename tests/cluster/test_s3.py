@@ -31,6 +31,9 @@ PACKAGES = ",".join(["org.apache.hadoop:hadoop-aws:3.4.2", f"software.amazon.aws
 # The worker's JVM works for minutes: unlike the short-lived JVMs (tests/conftest.py: C1 only), it keeps the JIT's
 # second tier, which pays off over its life. Side by side, the worker alone on a quiet machine: C1 only 240 s and 311
 # JVM CPU-seconds, both tiers 186 s and 268 (the Spark Connect server of test_connect.py, tried the same way: no gain).
+# Its queries run interpreted (PIPEFRAME_YAML): this test is about object storage, and codegen is exercised end to
+# end by tests/e2e and the benchmarks. Side by side, the worker alone: 187 s and 271 JVM CPU-seconds with Spark's
+# codegen and AQE, 145 s and 205 without.
 LONG_LIVED_JVM = "-XX:+UseSerialGC"
 
 PIPEFRAME_YAML = f"""\
@@ -42,6 +45,9 @@ spark:
   conf:
     spark.driver.memory: 1g
     spark.sql.shuffle.partitions: 2
+    spark.sql.codegen.wholeStage: false    # interpreted, as tests/spark's shared session (its conftest says why)
+    spark.sql.codegen.factoryMode: NO_CODEGEN
+    spark.sql.adaptive.enabled: false
     spark.jars.packages: {PACKAGES}
     spark.jars.excludes: software.amazon.awssdk:bundle
     spark.hadoop.fs.s3a.endpoint: ${{S3_ENDPOINT}}
