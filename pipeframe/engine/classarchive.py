@@ -6,11 +6,12 @@ the classes it loaded into an archive at its exit (`-XX:ArchiveClassesAtExit`); 
 and one job: 11.3 -> 7.0 s, 18.8 -> 12.0 CPU-seconds. Nothing else changes: a JVM that cannot use an archive
 (another JDK, another class path) says so in spark.log and loads its classes as before.
 
-The archive lives in ~/.cache/pipeframe (about 160 MB), one per JDK, Spark, Delta and class path. A JVM writes
-it to a temporary file named after the Python process that started it; the next start adopts a finished one
-after the JDK has mapped it (`java -version` with it: a file cut short by a killed JVM crashes a JVM that maps
-it, so it is never put in place). Set `-Xshare:off` (or your own archive) in `spark.driver.extraJavaOptions` to
-opt out.
+The archive lives in ~/.cache/pipeframe (about 150 MB), one per JDK, Spark, Delta and class path (one no start
+used for a month is removed). A JVM writes it to a temporary file named after the Python process that started it;
+the next start adopts a finished one after the JDK has mapped it (`java -version` with it: a file cut short by a
+killed JVM crashes a JVM that maps it, so it is never put in place). The warm local engine (`pipeframe local
+start`) maps the same archive. Set `-Xshare:off` (or your own archive) in `spark.driver.extraJavaOptions` to opt
+out.
 """
 
 from __future__ import annotations
@@ -18,15 +19,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-_ENVIRONMENT = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+_ENVIRONMENT = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
 _OWN_CHOICE = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-XX:SharedClassListFile")
 _STALE_SECONDS = 600  # an unfinished dump older than this belongs to a JVM that died writing it
+_UNUSED_SECONDS = 30 * 24 * 3600
+
+
+def driver_java_options(java: Path | None, conf: Mapping[str, str],
+                        environ: Mapping[str, str] | None = None) -> str | None:
+    """`spark.driver.extraJavaOptions` for a driver JVM started with ``conf``: the user's, then the class archive's
+    option; None when there is nothing to add (no java found, or the user chose their own archive or none)."""
+    option = ClassArchive(java, conf, environ).java_option() if java is not None else None
+    return " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), option])) if option else None
 
 
 class ClassArchive:
@@ -38,7 +49,9 @@ class ClassArchive:
         self.java = java
         binary = java.resolve()
         stat = binary.stat() if binary.exists() else None
-        key = "\n".join([str(binary), str(stat.st_mtime_ns if stat else ""),
+        # Spark's launcher builds the class path from SPARK_HOME's jars; pyspark's own folder when it is not set.
+        spark_home = environ.get("SPARK_HOME") or str(Path(importlib.util.find_spec("pyspark").origin).parent)
+        key = "\n".join([str(binary), str(stat.st_mtime_ns if stat else ""), f"SPARK_HOME={spark_home}",
                          f"pyspark={importlib.metadata.version('pyspark')}",
                          f"delta-spark={importlib.metadata.version('delta-spark')}",
                          *(f"{name}={environ.get(name, '')}" for name in _ENVIRONMENT),
@@ -58,7 +71,9 @@ class ClassArchive:
         with contextlib.suppress(OSError):  # a read-only home only costs the archive
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._adopt_or_remove_dumps()
+            self._remove_unused_archives()
             if self.path.is_file():
+                os.utime(self.path)  # in use: see _remove_unused_archives
                 return f"-XX:SharedArchiveFile={self.path}"
             # Dumping warns of every class it leaves out (signed jars, classes never linked): not for spark.log.
             return f"-XX:ArchiveClassesAtExit={self.dump_path(os.getpid())} -Xlog:cds=off"
@@ -71,11 +86,19 @@ class ClassArchive:
         for dump in sorted(self.path.parent.glob(f"{self.path.stem}.*.tmp")):
             pid = dump.suffixes[-2].lstrip(".") if len(dump.suffixes) >= 2 else ""
             if pid.isdigit() and _alive(int(pid)):
-                continue  # its JVM has not exited yet
-            if not self.path.is_file() and self._maps(dump):
-                os.replace(dump, self.path)
-            elif self.path.is_file() or time.time() - dump.stat().st_mtime > _STALE_SECONDS:
-                dump.unlink(missing_ok=True)
+                continue  # the process that started its JVM still runs: the JVM writes the file at its exit
+            with contextlib.suppress(FileNotFoundError):  # another start adopted or removed it meanwhile
+                if not self.path.is_file() and self._maps(dump):
+                    os.replace(dump, self.path)
+                elif self.path.is_file() or time.time() - dump.stat().st_mtime > _STALE_SECONDS:
+                    dump.unlink(missing_ok=True)
+
+    def _remove_unused_archives(self) -> None:
+        """Archives of other keys (an older pyspark, another JDK) no start has used for a month: ~150 MB each."""
+        for other in self.path.parent.glob("classes-*.jsa"):
+            with contextlib.suppress(FileNotFoundError):
+                if other != self.path and time.time() - other.stat().st_mtime > _UNUSED_SECONDS:
+                    other.unlink()
 
     def _maps(self, archive: Path) -> bool:
         """Whether the JDK maps ``archive`` whole: a finished dump (its JVM writes the header last)."""

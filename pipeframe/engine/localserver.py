@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipeframe.config import ProjectConfig, SparkSettings
+from pipeframe.engine.classarchive import driver_java_options
 from pipeframe.engine.localstate import (
     HOST,
     SERVER_CLASS,
@@ -34,6 +35,7 @@ from pipeframe.engine.session import (
     JARS_ENV,
     ResolvedJars,
     first_meaningful_line,
+    java_binary,
     require_connect_packages,
     require_java,
     spark_settings,
@@ -80,11 +82,16 @@ def server_conf(config: ProjectConfig, port: int, environ: Mapping[str, str] | N
     return conf
 
 
-def spark_submit_command(conf: Mapping[str, str]) -> list[str]:
-    """`spark-submit --class SparkConnectServer` from pyspark's own distribution, with ``conf`` as --conf pairs."""
+def pyspark_home() -> Path:
+    """pyspark's own Spark distribution (bin/spark-submit, jars/)."""
     import pyspark
 
-    home = Path(pyspark.__file__).parent
+    return Path(pyspark.__file__).parent
+
+
+def spark_submit_command(conf: Mapping[str, str]) -> list[str]:
+    """`spark-submit --class SparkConnectServer` from pyspark's own distribution, with ``conf`` as --conf pairs."""
+    home = pyspark_home()
     jar = next(iter(sorted((home / "jars").glob("spark-connect_*.jar"))), None)
     if jar is None:
         raise PipeframeError("PF503", f"pyspark at {home} ships no spark-connect jar, so it cannot run a Spark "
@@ -130,10 +137,13 @@ def start(config: ProjectConfig, port: int | None = None, timeout: float = START
 
     log = log_path(root)
     log.parent.mkdir(parents=True, exist_ok=True)
-    command = spark_submit_command(conf)
-    env = {**environ, "SPARK_HOME": str(Path(command[0]).parent.parent)}
+    env = {**environ, "SPARK_HOME": str(pyspark_home())}
     env.pop("SPARK_REMOTE", None)
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    java_options = driver_java_options(java_binary(), conf, env)  # the embedded driver's class archive
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+    command = spark_submit_command(conf)
     with open(log, "ab") as sink:
         sink.write(f"\n--- pipeframe local start {time.strftime('%Y-%m-%d %H:%M:%S')} port {port}\n".encode())
         sink.flush()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pipeframe.config import STATE_DIR, ProjectConfig
-from pipeframe.engine.classarchive import ClassArchive
+from pipeframe.engine.classarchive import driver_java_options
 from pipeframe.engine.localstate import running
 from pipeframe.errors import PipeframeError
 
@@ -380,11 +380,9 @@ def _start_embedded(config: ProjectConfig, settings: dict[str, str]) -> SparkSes
             # spark-submit resolves it through ivy into ~/.ivy2.5.2 on the first start.
             builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
 
-    java = java_binary()
-    option = ClassArchive(java, conf).java_option() if java is not None else None
-    if option:
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), option])))
+    java_options = driver_java_options(java_binary(), conf)
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     log = _jvm_log(config)
     session = None
     with resolving, _jvm_output_into(log) as start:

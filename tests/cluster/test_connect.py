@@ -94,6 +94,9 @@ def top_products(project: Path) -> list[dict]:
 def test_status_and_a_second_start(engine):
     project, server = engine
     assert server["url"] == f"sc://127.0.0.1:{server['port']}" and is_connect_server(server["pid"])
+    # The server's JVM starts on the embedded driver's class archive (it maps it, or writes it when it stops).
+    command = Path(f"/proc/{server['pid']}/cmdline").read_bytes().decode().split("\0")
+    assert any(a.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=")) for a in command), command
     status = json.loads(ok("local", "status", "--json", cwd=project))
     assert status["running"] is True and status["url"] == server["url"]
     assert server["url"] in ok("local", "status", cwd=project)
