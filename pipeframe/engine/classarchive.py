@@ -6,8 +6,8 @@ the classes it loaded into an archive at its exit (`-XX:ArchiveClassesAtExit`); 
 and one job: 11.3 -> 7.0 s, 18.8 -> 12.0 CPU-seconds. Nothing else changes: a JVM that cannot use an archive
 (another JDK, another class path) says so in spark.log and loads its classes as before.
 
-The archive lives in ~/.cache/pipeframe (about 150 MB), one per JDK, Spark, Delta and class path (one no start
-used for a month is removed). A JVM writes it to a temporary file named after the Python process that started it;
+The archive lives in ~/.cache/pipeframe (about 150 MB), one per JDK, Spark, Delta and class path (the three
+used last are kept). A JVM writes it to a temporary file named after the Python process that started it;
 the next start adopts a finished one after the JDK has mapped it (`java -version` with it: a file cut short by a
 killed JVM crashes a JVM that maps it, so it is never put in place). The warm local engine (`pipeframe local
 start`) maps the same archive. Set `-Xshare:off` (or your own archive) in `spark.driver.extraJavaOptions` to opt
@@ -29,7 +29,7 @@ from pathlib import Path
 _ENVIRONMENT = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
 _OWN_CHOICE = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-XX:SharedClassListFile")
 _STALE_SECONDS = 600  # an unfinished dump older than this belongs to a JVM that died writing it
-_UNUSED_SECONDS = 30 * 24 * 3600
+_OTHERS_KEPT = 2  # archives of other keys kept, the ones used last
 
 
 def driver_java_options(java: Path | None, conf: Mapping[str, str],
@@ -94,11 +94,14 @@ class ClassArchive:
                     dump.unlink(missing_ok=True)
 
     def _remove_unused_archives(self) -> None:
-        """Archives of other keys (an older pyspark, another JDK) no start has used for a month: ~150 MB each."""
+        """Beyond the few archives of other keys (an older pyspark, another SPARK_CONF_DIR) used last, ~150 MB each."""
+        used: list[tuple[float, Path]] = []
         for other in self.path.parent.glob("classes-*.jsa"):
             with contextlib.suppress(FileNotFoundError):
-                if other != self.path and time.time() - other.stat().st_mtime > _UNUSED_SECONDS:
-                    other.unlink()
+                if other != self.path:
+                    used.append((other.stat().st_mtime, other))
+        for _, other in sorted(used, reverse=True)[_OTHERS_KEPT:]:
+            other.unlink(missing_ok=True)  # a JVM mapping it keeps its pages
 
     def _maps(self, archive: Path) -> bool:
         """Whether the JDK maps ``archive`` whole: a finished dump (its JVM writes the header last)."""

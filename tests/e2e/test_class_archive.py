@@ -69,6 +69,14 @@ def test_the_first_start_writes_the_archive_the_next_maps_it_and_a_cut_dump_is_n
     fresh.java_option()
     assert not fresh.dump_path(dead_pid).exists() and not fresh.path.exists()
 
+    # Archives of other keys: the two used last are kept beside this key's, older ones go (~150 MB each).
+    others = [cache / "pipeframe" / f"classes-other{i}.jsa" for i in range(4)]
+    for age, other in enumerate(others):
+        other.write_bytes(b"")
+        os.utime(other, (1_000_000 - age, 1_000_000 - age))
+    assert archive.java_option() == f"-XX:SharedArchiveFile={archive.path}"
+    assert sorted(cache.joinpath("pipeframe").glob("classes-*.jsa")) == sorted([archive.path, *others[:2]])
+
     # A user's own choice wins: no archive option is added.
     assert ClassArchive(java_binary(), {"spark.driver.extraJavaOptions": "-Xshare:off"}, environ=env).java_option() is None
 
