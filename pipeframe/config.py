@@ -27,6 +27,12 @@ KNOWN_KEYS = {"name", "warehouse", "spark", "environments", "vars", "ignore", "t
 KNOWN_SPARK_KEYS = {"master", "remote", "conf"}
 
 
+def user_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where pipeframe keeps what it learns once per machine (resolved jars, the JVM's class archive)."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
+
+
 @dataclass(frozen=True)
 class IngestSettings:
     """How appends to one datasource are grouped into Delta commits (`ingest:` in pipeframe.yaml).

@@ -26,6 +26,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from pipeframe.config import user_cache_dir
+
 _ENVIRONMENT = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
 _OWN_CHOICE = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-XX:SharedClassListFile")
 _STALE_SECONDS = 600  # an unfinished dump older than this belongs to a JVM that died writing it
@@ -43,8 +45,7 @@ def driver_java_options(java: Path | None, conf: Mapping[str, str],
 class ClassArchive:
     """The archive for driver JVMs started with ``java`` and the Spark ``conf`` they are given."""
 
-    def __init__(self, java: Path, conf: Mapping[str, str], environ: Mapping[str, str] | None = None,
-                 cache: Path | None = None) -> None:
+    def __init__(self, java: Path, conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> None:
         environ = os.environ if environ is None else environ
         self.java = java
         binary = java.resolve()
@@ -56,8 +57,7 @@ class ClassArchive:
                          f"delta-spark={importlib.metadata.version('delta-spark')}",
                          *(f"{name}={environ.get(name, '')}" for name in _ENVIRONMENT),
                          f"extraClassPath={conf.get('spark.driver.extraClassPath', '')}"])
-        folder = cache or Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
-        self.path = folder / f"classes-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+        self.path = user_cache_dir(environ) / f"classes-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
         self.opted_out = any(choice in " ".join([conf.get("spark.driver.extraJavaOptions", ""),
                                                  environ.get("JAVA_TOOL_OPTIONS", ""),
                                                  environ.get("JDK_JAVA_OPTIONS", "")])

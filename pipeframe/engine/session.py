@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from pipeframe.config import STATE_DIR, ProjectConfig
+from pipeframe.config import STATE_DIR, ProjectConfig, user_cache_dir
 from pipeframe.engine.classarchive import driver_java_options
 from pipeframe.engine.localstate import running
 from pipeframe.errors import PipeframeError
@@ -419,8 +419,7 @@ class ResolvedJars:
         key = ",".join([f"pyspark={importlib.metadata.version('pyspark')}",
                         f"delta-spark={importlib.metadata.version('delta-spark')}", *sorted(packages),
                         *(f"exclude={e}" for e in excluded)])
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
-        self.path = cache / f"jars-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
+        self.path = user_cache_dir() / f"jars-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
 
     def load(self) -> list[str]:
         try:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeframe.config import load_config
+from pipeframe.config import load_config, user_cache_dir
 from pipeframe.engine.classarchive import ClassArchive
 from pipeframe.engine.session import java_binary, spark_settings
 from tests.spark.conftest import until
@@ -27,8 +27,7 @@ def start_spark(root: Path, env: dict[str, str]) -> str:
 def test_the_first_start_writes_the_archive_the_next_maps_it_and_a_cut_dump_is_never_used(tmp_path):
     cache = tmp_path / "cache"
     (cache / "pipeframe").mkdir(parents=True)
-    home_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
-    for jars in home_cache.glob("jars-*.txt"):  # the jars ivy resolved before: this test is not about them
+    for jars in user_cache_dir().glob("jars-*.txt"):  # the jars ivy resolved before: this test is not about them
         shutil.copy(jars, cache / "pipeframe")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEFRAME_")}
     env["XDG_CACHE_HOME"] = str(cache)

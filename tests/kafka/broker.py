@@ -40,6 +40,7 @@ import uuid
 from pathlib import Path
 from typing import Self
 
+from pipeframe.config import user_cache_dir
 from pipeframe.engine.localserver import free_port, listening
 
 KAFKA_VERSION = "4.1.2"
@@ -100,7 +101,7 @@ class KafkaError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pipeframe"
+    return user_cache_dir()
 
 
 def kafka_jars(version: str = KAFKA_VERSION, timeout: float = 900) -> Path:
