@@ -268,6 +268,9 @@ def replace_keys(folder: str, keys: list[str], touched: pa.Table, rows: pa.Table
         due = version % table.checkpoint_interval == 0
         if due and on_checkpoint is None:
             return None
+        touched = _keys_as_written(touched, table)
+        if touched is None:
+            return None
         doomed, kept, deleted = [], [], 0
         try:
             for path, add in found[1].items():
@@ -300,6 +303,20 @@ def replace_keys(folder: str, keys: list[str], touched: pa.Table, rows: pa.Table
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, add["path"]))
     return None
+
+
+def _keys_as_written(touched: pa.Table, table: _Table) -> pa.Table | None:
+    """`touched` with each key column of a flat type cast to the Arrow type the table's files hold it as (keys
+    computed elsewhere, e.g. by DuckDB, compare as Spark's would); None when a value does not fit that type."""
+    import pyarrow as pa
+
+    types = _simple_types()
+    wanted = [pa.field(f.name, types[kind][0]) if isinstance(kind := table.columns.get(f.name), str)
+              and kind in types else f for f in touched.schema]
+    try:
+        return touched.cast(pa.schema(wanted))
+    except (pa.ArrowException, ValueError):
+        return None
 
 
 def key_rows(folder: str, keys: list[str]) -> pa.Table | None:

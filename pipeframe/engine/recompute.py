@@ -11,7 +11,9 @@ them), and the source rows are narrowed before aggregating:
   actions of a local table's log; elsewhere Delta's own skipping, from the same range as a filter on literals:
   `maintenance.key_range`), so on data laid out in time a change to one hour reads about that hour's files;
 - a semi join of each row's group keys (computed by the plan's expressions) with the touched keys, broadcast: the
-  aggregation reads only the touched groups' rows. The ranges only ever keep more rows than it; it decides.
+  aggregation reads only the touched groups' rows. The ranges only ever keep more rows than it; it decides. A view
+  of one key of instants, dates or integers touched in at most LITERAL_KEYS groups (a delete of an hour, a day)
+  keeps the rows whose key is one of the touched values as literals instead: the same rows, without a join.
 
 When the change touched most of the view's groups, every group is computed again from all the source's rows instead:
 recomputing a group the change did not touch gives the value the view has, and one aggregation costs less than
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 NARROW_GROUPS = 10_000  # touched groups brought to the driver to narrow the source by; more: the whole source
 WIDE_SHARE = 0.5  # of a view's groups touched: every group is recomputed from the whole source, without narrowing
+LITERAL_KEYS = 64  # touched values of a view's one key matched as literals (`_as_literals`), not by a join
 DAY = 86_400_000_000  # microseconds
 # A truncation unit → the longest span of source values one key covers (microseconds), with room for clock changes.
 SPANS = {"SECOND": 1_000_000, "MINUTE": 60_000_000, "HOUR": 3_600_000_000, "DAY": DAY, "WEEK": 7 * DAY,
@@ -66,6 +69,9 @@ def narrowed(group_keys: tuple[GroupKey, ...], keys: pa.Table, frame_of: Callabl
     ranges = [r for key in group_keys if (r := _range(key, keys.column(key.name))) is not None]
     rows = snapshot(file_test(group_keys, keys))
     rows = rows.where(" AND ".join(f"({r})" for r in ranges)) if ranges else rows
+    literals = _as_literals(group_keys, keys)
+    if literals is not None:
+        return wanted, rows.where(f"({group_keys[0].sql}) IN ({', '.join(literals)})")
     probe = rows.selectExpr("*", *[f"{key.sql} AS `__pf_key{i}`" for i, key in enumerate(group_keys)])
     right = F.broadcast(wanted.selectExpr(*[f"`{key.name}` AS `__pf_want{i}`" for i, key in enumerate(group_keys)]))
     condition = None
@@ -74,6 +80,30 @@ def narrowed(group_keys: tuple[GroupKey, ...], keys: pa.Table, frame_of: Callabl
         condition = equal if condition is None else condition & equal
     kept = probe.join(right, condition, "left_semi")
     return wanted, kept.drop(*[f"__pf_key{i}" for i in range(len(group_keys))])
+
+
+def _as_literals(group_keys: tuple[GroupKey, ...], keys: pa.Table) -> list[str] | None:
+    """The touched values of a view's only key as Spark SQL literals that name the same values whatever the session's
+    time zone (instants as microseconds since the epoch, dates as days, integers), when there are at most
+    LITERAL_KEYS of them, none NULL (`IN` never matches a NULL) and of such a type; else None."""
+    import pyarrow as pa
+
+    if len(group_keys) != 1 or keys.num_rows > LITERAL_KEYS:
+        return None
+    values = keys.column(group_keys[0].name)
+    kind = values.type
+    if values.null_count or not (pa.types.is_integer(kind) or pa.types.is_date32(kind) or
+                                 pa.types.is_timestamp(kind) and kind.tz is not None):  # a naive time: no instant
+        return None
+    try:
+        if pa.types.is_timestamp(kind):
+            numbers, wrap = values.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()), "timestamp_micros({})"
+        else:
+            date = pa.types.is_date32(kind)
+            numbers, wrap = values.cast(pa.int32() if date else pa.int64()), "date_from_unix_date({})" if date else "{}"
+    except pa.ArrowException:  # finer than microseconds, or beyond a BIGINT: the join decides
+        return None
+    return [wrap.format(int(n)) for n in numbers.to_pylist()]
 
 
 def _every_group(keys: pa.Table, held: pa.Table | None) -> pa.Table | None:

@@ -70,6 +70,10 @@ def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = No
             # Jobs of different threads share the cores instead of queueing: an events commit is not held behind
             # a view's refresh (each runs in its own pool, `scheduler_pool`).
             "spark.scheduler.mode": "FAIR",
+            # pyspark's "DataFrame query context": each Column call (`col`, `alias`, `cast`, `==`...) sends the
+            # Python call site to the JVM (four py4j calls, ~0.4 ms) and tries to import IPython (0.5 s, the first
+            # time). pipeframe names the place of an error itself (`_quiet_query_context_loggers`).
+            "spark.python.sql.dataFrameDebugging.enabled": "false",
         }
         jars = offline_jars(environ)
         if jars:

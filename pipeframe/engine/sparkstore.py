@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
@@ -50,6 +51,9 @@ class SparkStore:
         self._lock = threading.Lock()  # the caches above, shared by the refresh threads
         self._temp_views: list[str] = []  # registered for one round (unique names: Spark Connect resolves late)
         self._looked_up: set[str] = set()  # views whose lookup tables were registered this round
+        # Relations `narrowed` made of rows the driver holds (the touched keys): `replace_groups` commits those
+        # rows without a Spark job to bring them back.
+        self._on_driver: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ a round
     def begin_round(self, views: Sequence[DeployedResource]) -> None:
@@ -148,7 +152,7 @@ class SparkStore:
         schema = ", ".join(f"`{k.name}` {types[k.name]}" for k in plan.group_keys)
         keys = changed_keys(self.spark, change, recompute.NARROW_GROUPS + 1)
         if keys is not None:
-            def frame_of(found: pa.Table) -> DataFrame:
+            def made_of(found: pa.Table) -> DataFrame:
                 if found.num_rows == 0:
                     return self.spark.createDataFrame([], schema)
                 return self.spark.createDataFrame(found).selectExpr(
@@ -158,8 +162,14 @@ class SparkStore:
             touched = self.union(added, removed).selectExpr(*[f"{k.sql} AS `{k.name}`" for k in plan.group_keys])
             keys = touched.distinct().limit(recompute.NARROW_GROUPS + 1).toArrow()
 
-            def frame_of(found: pa.Table) -> DataFrame:
+            def made_of(found: pa.Table) -> DataFrame:
                 return self.spark.createDataFrame(found, schema=touched.schema)
+
+        def frame_of(found: pa.Table) -> DataFrame:
+            frame = made_of(found)
+            if all(_same_kind(found.schema.field(k.name).type, types[k.name]) for k in plan.group_keys):
+                self._on_driver[frame] = found  # else only Spark's CAST to the view's types says what they are
+            return frame
 
         def snapshot(keep):
             return tables.read_snapshot(self.spark, source.state, source.path or "", version, from_files=True,
@@ -203,7 +213,8 @@ class SparkStore:
     def replace_groups(self, view: DeployedResource, keys: Sequence[str], touched: DataFrame, rows: DataFrame, *,
                        metadata: records.ViewCommit, watermark: Mapping[str, object], few: bool = False) -> bool:
         return tables.replace_groups(self.spark, view.state, view.path or "", tuple(keys), touched, rows,
-                                     metadata=metadata, direct=self.direct_commit and few, **watermark)
+                                     metadata=metadata, direct=self.direct_commit and few,
+                                     touched_rows=self._on_driver.get(touched), **watermark)
 
     # ------------------------------------------------------------------ Spark's own
     def register(self, frame: DataFrame, prefix: str) -> str:
@@ -226,6 +237,18 @@ class SparkStore:
         if self._readers:  # within a round: once
             with self._lock:
                 self._looked_up.add(state.name)
+
+
+def _same_kind(arrow: pa.DataType, spark_type: str) -> bool:
+    """Whether values of the Arrow type keep their meaning as the Spark type when Arrow casts them (an instant, a
+    date, an integer, a string as such: a cast between kinds, such as a date to a timestamp, is Spark's to make)."""
+    import pyarrow as pa
+
+    kind = spark_type.upper()
+    if kind in ("TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT"):
+        return pa.types.is_integer(arrow)
+    return {"TIMESTAMP": pa.types.is_timestamp(arrow) and arrow.tz is not None, "DATE": pa.types.is_date32(arrow),
+            "STRING": pa.types.is_string(arrow) or pa.types.is_large_string(arrow)}.get(kind, False)
 
 
 def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | None:

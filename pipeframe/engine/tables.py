@@ -353,7 +353,8 @@ def _append_directly(spark: SparkSession, path: str, folder: str, rows: pa.Table
 def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: tuple[str, ...], doomed: DataFrame,
                    rows: DataFrame, *, source_version: int, source_path: str | None, after: int | None = None,
                    app_id: str | None = None, txn_version: int | None = None,
-                   metadata: ViewRecord | None = None, direct: bool = False) -> bool:
+                   metadata: ViewRecord | None = None, direct: bool = False,
+                   touched_rows: pa.Table | None = None) -> bool:
     """In one Delta commit (a MERGE), delete the view rows whose `keys` equal (NULL-safe) a row of `doomed`
     (every row when `keys` is empty) and insert `rows`; the commit records the view's watermark, idempotently, as
     `write_states` does. False when Delta skipped it as a replay.
@@ -361,6 +362,7 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
     With `direct` (few groups: the caller knows both frames are small), a view in a local folder whose writers take
     turns under its file lock has both brought to the driver and the change committed by `deltaappend.replace_keys`
     without a Spark job; where it cannot, Spark's MERGE takes them from the driver, without computing them again.
+    `touched_rows`: the rows `doomed` was made of, where the driver holds them (not brought back by a Spark job).
 
     The MERGE runs in a session of its own: Delta takes the transaction id and userMetadata of SQL commands
     from session settings, which must not reach the writes other threads make meanwhile."""
@@ -371,7 +373,8 @@ def replace_groups(spark: SparkSession, state: ResourceState, path: str, keys: t
     types = dict(state.columns)
     folder = local_folder(path)
     if direct and keys and app_id is None and folder is not None and deltaappend.writable(folder):
-        touched = doomed.distinct().selectExpr(*[f"CAST(`{k}` AS {types[k]}) AS `{k}`" for k in keys]).toArrow()
+        touched = touched_rows.select(list(keys)) if touched_rows is not None else \
+            doomed.distinct().selectExpr(*[f"CAST(`{k}` AS {types[k]}) AS `{k}`" for k in keys]).toArrow()
         replacement = rows.selectExpr(*_typed(state)).toArrow()
         with table_lock(path):
             if deltaappend.replace_keys(folder, list(keys), touched, replacement, records.encode(info),

@@ -1,14 +1,15 @@
 """The range a recompute narrows its source by (engine/recompute.py, `maintenance.key_range`) keeps every source row
 of the touched groups, in any session time zone, across the days the clocks change: for each kind of group key a
 view can record, every row of a year sampled every 10 minutes passes the range of its own key, and the range of the
-touched keys' literal bounds (as the engine computes them from the keys brought to the driver)."""
+touched keys' literal bounds (as the engine computes them from the keys brought to the driver); and a few touched
+keys matched as literals (`_as_literals`) keep the rows a join with them keeps."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeframe.compiler.maintenance import GroupKey, key_range
-from pipeframe.engine.recompute import literal_bounds
+from pipeframe.engine.recompute import LITERAL_KEYS, _as_literals, literal_bounds
 
 ZONES = ("UTC", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata")  # Lord Howe moves its clocks 30 minutes
 KEYS = (
@@ -56,6 +57,15 @@ def test_every_row_of_a_touched_group_lies_in_its_range(spark, zone):
                 f"SELECT count_if(NOT ({found})), count(*) FROM {keyed} WHERE __k IN (SELECT k FROM __pf_range_keys)"
             ).collect()
             assert inside > 0 and outside == 0, (zone, key, found)
+            # up to LITERAL_KEYS touched keys matched as literals keep the rows a join with them keeps
+            few = touched.slice(0, LITERAL_KEYS)
+            literals = _as_literals((key,), few)
+            assert literals is not None and len(literals) == few.num_rows, key
+            spark.createDataFrame(few).createOrReplaceTempView("__pf_range_keys")
+            [[by_literals, by_join]] = spark.sql(
+                f"SELECT count_if(__k IN ({', '.join(literals)})), count_if(__k IN (SELECT k FROM __pf_range_keys)) "
+                f"FROM {keyed}").collect()
+            assert by_literals == by_join > 0, (zone, key, literals[:3])
     finally:
         spark.conf.set("spark.sql.session.timeZone", before)
         spark.catalog.dropTempView("__pf_range_rows")
