@@ -280,7 +280,7 @@ def run_kafka_sink(project: Project, name: str, params: Mapping[str, Any] | None
         # finish: only then does the group's committed offset say which runs are in (read after, not before).
         producer.init_transactions(30)
         consumer = Consumer({**config, "enable.auto.commit": False, "isolation.level": "read_committed"})
-        last = consumer.committed([marker], timeout=30)[0]
+        last = committed(consumer, marker, 30)
         if last.offset >= stamp:
             return SinkResult(name, at, (), time.perf_counter() - start, skipped=True)
         producer.begin_transaction()
@@ -310,6 +310,26 @@ def run_kafka_sink(project: Project, name: str, params: Mapping[str, Any] | None
         if consumer is not None:
             consumer.close()
     return SinkResult(name, at, (SinkFile(f"kafka://{topic}", table.num_rows, sent),), time.perf_counter() - start)
+
+
+def committed(consumer: Any, marker: Any, timeout: float) -> Any:
+    """The group's committed offset of `marker` (a TopicPartition). A coordinator that is moving or still loading
+    the group's offsets (a broker just started, `__consumer_offsets` just created) answers with an error Kafka marks
+    retriable: asked again, with a growing pause, until `timeout`; any other error is raised at once."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    moving = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+    deadline, pause = time.monotonic() + timeout, 0.05
+    while True:
+        try:
+            return consumer.committed([marker], timeout=max(1.0, deadline - time.monotonic()))[0]
+        except KafkaException as err:
+            error = err.args[0] if err.args else None
+            again = error is not None and (error.code() in moving or error.retriable())
+            if not again or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # a backoff before asking a coordinator again, not a wait for another thread
+            pause = min(pause * 2, 1.0)
 
 
 def json_rows(rows: pa.Table) -> list[bytes]:
