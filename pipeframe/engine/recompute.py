@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 NARROW_GROUPS = 10_000  # touched groups brought to the driver to narrow the source by; more: the whole source
 WIDE_SHARE = 0.5  # of a view's groups touched: every group is recomputed from the whole source, without narrowing
 LITERAL_KEYS = 64  # touched values of a view's one key matched as literals (`_as_literals`), not by a join
+# `_integers`' kinds as Spark SQL literals of the same value in any session time zone
+LITERALS = {"timestamp": "timestamp_micros({})", "date": "date_from_unix_date({})", "integer": "{}"}
 DAY = 86_400_000_000  # microseconds
 # A truncation unit → the longest span of source values one key covers (microseconds), with room for clock changes.
 SPANS = {"SECOND": 1_000_000, "MINUTE": 60_000_000, "HOUR": 3_600_000_000, "DAY": DAY, "WEEK": 7 * DAY,
@@ -84,26 +86,23 @@ def narrowed(group_keys: tuple[GroupKey, ...], keys: pa.Table, frame_of: Callabl
 
 def _as_literals(group_keys: tuple[GroupKey, ...], keys: pa.Table) -> list[str] | None:
     """The touched values of a view's only key as Spark SQL literals that name the same values whatever the session's
-    time zone (instants as microseconds since the epoch, dates as days, integers), when there are at most
-    LITERAL_KEYS of them, none NULL (`IN` never matches a NULL) and of such a type; else None."""
+    time zone (`_integers`), when there are at most LITERAL_KEYS of them, none NULL (`IN` never matches a NULL) and
+    none a naive time (no instant); else None."""
     import pyarrow as pa
 
     if len(group_keys) != 1 or keys.num_rows > LITERAL_KEYS:
         return None
     values = keys.column(group_keys[0].name)
-    kind = values.type
-    if values.null_count or not (pa.types.is_integer(kind) or pa.types.is_date32(kind) or
-                                 pa.types.is_timestamp(kind) and kind.tz is not None):  # a naive time: no instant
+    if values.null_count or pa.types.is_timestamp(values.type) and values.type.tz is None:
         return None
     try:
-        if pa.types.is_timestamp(kind):
-            numbers, wrap = values.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()), "timestamp_micros({})"
-        else:
-            date = pa.types.is_date32(kind)
-            numbers, wrap = values.cast(pa.int32() if date else pa.int64()), "date_from_unix_date({})" if date else "{}"
+        found = _integers(values)
+        if found is None:
+            return None
+        kind, numbers = found[0], found[1].cast(pa.int64())
     except pa.ArrowException:  # finer than microseconds, or beyond a BIGINT: the join decides
         return None
-    return [wrap.format(int(n)) for n in numbers.to_pylist()]
+    return [LITERALS[kind].format(int(n)) for n in numbers.to_pylist()]
 
 
 def _every_group(keys: pa.Table, held: pa.Table | None) -> pa.Table | None:
@@ -144,28 +143,36 @@ def literal_bounds(values: pa.ChunkedArray) -> tuple[str, str] | None:
     if found is None:
         return None
     kind, low, high = found
-    wrap = {"timestamp": "timestamp_micros({})", "date": "date_from_unix_date({})"}.get(kind, "{}")
-    return wrap.format(low), wrap.format(high)
+    return LITERALS[kind].format(low), LITERALS[kind].format(high)
 
 
 def _extremes(values: pa.ChunkedArray) -> tuple[str, int, int] | None:
     """(kind, smallest, largest) of `values` as integers: `timestamp` microseconds since the epoch, `date` days,
     `integer` themselves; None for another type, or only NULLs."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    kind = values.type
-    if pa.types.is_timestamp(kind):
-        numbers, name = values.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()), "timestamp"
-    elif pa.types.is_date32(kind):
-        numbers, name = values.cast(pa.int32()), "date"
-    elif pa.types.is_integer(kind):
-        numbers, name = values, "integer"
-    else:
+    found = _integers(values)
+    if found is None:
         return None
+    name, numbers = found
     extremes = pc.min_max(numbers)
     low, high = extremes["min"].as_py(), extremes["max"].as_py()
     return None if low is None or high is None else (name, int(low), int(high))
+
+
+def _integers(values: pa.ChunkedArray) -> tuple[str, pa.ChunkedArray] | None:
+    """(kind, the values as integers): `timestamp` microseconds since the epoch, `date` days, `integer` themselves;
+    None for another type. Raises pyarrow's error for a timestamp finer than microseconds."""
+    import pyarrow as pa
+
+    kind = values.type
+    if pa.types.is_timestamp(kind):
+        return "timestamp", values.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64())
+    if pa.types.is_date32(kind):
+        return "date", values.cast(pa.int32())
+    if pa.types.is_integer(kind):
+        return "integer", values
+    return None
 
 
 def file_test(group_keys: tuple[GroupKey, ...], keys: pa.Table) -> Callable[[dict], bool] | None:
