@@ -51,6 +51,27 @@ class GroupKey:
     unit: str | None = None  # None: the column itself; else a UNITS key (DAY: a timestamp's date)
 
 
+# A state kind whose value depends only on the set of values it was given → how a removed value is covered by the
+# added ones of the same group (`Absorb`): a max by a larger or equal one, a min (and `any`, kept as the least) by a
+# smaller or equal one, a distinct count by the same value.
+ABSORB_RULES = {"max": "max", "min": "min", "any": "min", "uniq": "set", "uniq_exact": "set"}
+
+
+@dataclass(frozen=True)
+class Absorb:
+    """How to tell that an update left a view's states as merging in the added rows' states leaves them.
+
+    Each of the view's states depends only on the set of values it was given (`ABSORB_RULES`): taking a row's value
+    out changes nothing when the same group keeps a value that covers it. For every group the change removed rows
+    from, `sql` (the state query with each sketch collecting the exact set of values it sketches instead) over
+    the removed rows and over the added rows gives per state a witness: the removed rows' max (min) against the added
+    rows' max (min), their set of values against the added rows' set. Covered in every group (and every such group
+    added to): the new states are the old ones merged with the added rows' states, an append."""
+
+    sql: str  # over `{table}` (source rows) and `{table:<name>}` (joined tables): one witness row per group
+    rules: tuple[tuple[str, str], ...]  # (state column, "max" | "min" | "set")
+
+
 @dataclass(frozen=True)
 class MaintenancePlan:
     """How a deployed view is maintained, as far as its SQL decides it."""
@@ -69,6 +90,9 @@ class MaintenancePlan:
     # Spark's (serving/translate.py): a recompute finds the touched groups from the change feed's files without a
     # Spark job (engine/sparkstore.py). None without group keys, or where a key's expression has no translation.
     keys_duckdb: str | None = None
+    # Where every state of the view depends only on the set of values it was given: how an update that adds rows
+    # covering the removed ones is applied as an append (`Absorb`); None otherwise.
+    absorb: Absorb | None = None
 
 
 def fill(sql: str, table: str, named: Mapping[str, str]) -> str:

@@ -15,7 +15,7 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from pipeframe.compiler.dialect import DIALECT
-from pipeframe.compiler.maintenance import CHANGED, RANGE_TYPES, UNITS, GroupKey, MaintenancePlan
+from pipeframe.compiler.maintenance import ABSORB_RULES, CHANGED, RANGE_TYPES, UNITS, Absorb, GroupKey, MaintenancePlan
 from pipeframe.compiler.partials import partials
 from pipeframe.compiler.sql import rename_tables, to_sql
 from pipeframe.compiler.viewplan import BATCH_RELATION
@@ -25,10 +25,10 @@ _BATCH = re.compile(rf"\b{BATCH_RELATION}\b")
 
 def maintenance_plan(state_sql: str, compact_sql: str | None, negate_sql: str | None, joined: Sequence[str],
                      source_columns: Sequence[tuple[str, str]], other_columns: Mapping[str, Iterable[str]] | None,
-                     keys: Sequence[str] = ()) -> MaintenancePlan:
+                     keys: Sequence[str] = (), states: Sequence[tuple[str, str]] = ()) -> MaintenancePlan:
     """The plan of a view whose state query is `state_sql` (over `__pf_batch`), grouped by `keys`, and which
     follows the tables `joined`; `source_columns`: its source's (name, type); `other_columns`: the columns of every
-    other table its query reads, None when one is not known (a pipe)."""
+    other table its query reads, None when one is not known (a pipe); `states`: its state columns' (name, kind)."""
     names = [name for name, _ in source_columns]
     derived = partials(state_sql, compact_sql, negate_sql, names, other_columns) \
         if compact_sql and negate_sql and other_columns is not None else None
@@ -38,7 +38,41 @@ def maintenance_plan(state_sql: str, compact_sql: str | None, negate_sql: str | 
     found = group_keys(state_sql, keys, source_columns, other_columns)
     return MaintenancePlan(placeholders(state_sql, joined),
                            tuple(name for name in joined if joined_monotonically(state_sql, name)), derived,
-                           found, keys_duckdb(found, source_columns))
+                           found, keys_duckdb(found, source_columns),
+                           absorb(state_sql, states, joined) if keys or states else None)
+
+
+# The sketch aggregates of a distinct count's state (its values, its merge of sketches) → their argument's exact set
+_SKETCHES = {"hll_sketch_agg", "hll_union_agg"}
+
+
+def absorb(state_sql: str, states: Sequence[tuple[str, str]], joined: Sequence[str]) -> Absorb | None:
+    """`MaintenancePlan.absorb` of a view whose state query is `state_sql` and whose state columns are `states`
+    (name, kind): the query with each sketch aggregate of a distinct count collecting its argument's distinct values
+    instead, so that a group's witness of it is the exact set of values its sketch was given; None when a
+    state's kind depends on more than the set of its values (a count, a sum, a quantile sketch, argMax)."""
+    kinds = dict(states)
+    if any(kind not in ABSORB_RULES for kind in kinds.values()):
+        return None
+    tree = sqlglot.parse_one(state_sql, read=DIALECT)
+    if not isinstance(tree, exp.Select):
+        return None
+    for projection in tree.expressions:
+        if kinds.get(projection.alias_or_name) not in ("uniq", None):
+            continue
+        for call in list(projection.find_all(exp.Anonymous)):
+            if call.name.lower() in _SKETCHES and call.expressions:
+                # array_distinct(collect_list(x) [FILTER (WHERE …)]): its values without NULLs, as the sketch takes
+                # them (collect_set has no DuckDB translation with Spark's meaning for the in-memory store)
+                gathered: exp.Expression = exp.ArrayAgg(this=call.expressions[0].copy(), nulls_excluded=True)
+                outer = call.parent if isinstance(call.parent, exp.Filter) else call
+                if outer is not call:
+                    gathered = exp.Filter(this=gathered, expression=outer.expression.copy())
+                outer.replace(exp.ArrayDistinct(this=gathered))
+    if any(isinstance(node, exp.Anonymous) and node.name.lower() in _SKETCHES for node in tree.walk()):
+        return None  # a sketch outside the state columns (an earlier node's): its set is not what a witness knows
+    return Absorb(placeholders(to_sql(tree), joined),
+                  tuple((name, ABSORB_RULES[kind]) for name, kind in states))
 
 
 def keys_duckdb(keys: Sequence[GroupKey], source_columns: Sequence[tuple[str, str]]) -> str | None:

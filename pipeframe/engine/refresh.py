@@ -122,7 +122,7 @@ def follow_joined(store: TableStore, view: DeployedResource, source: DeployedRes
                 raise
             raise Stale(f"the change feed of the joined table `{name}` from version {start + 1} is no longer kept "
                         f"(vacuumed): {first_line(exc)}") from exc
-        committed = strategy.name if written else committed
+        committed = written or committed
         on_commit(f"joined committed {state.name}:{name}")
         store.forget(view.path or "")
     return committed
@@ -170,7 +170,7 @@ def apply_source(store: TableStore, view: DeployedResource, source: DeployedReso
         return ViewRefresh(state.name, "up to date", applied, applied, message="applied by another refresher")
     waited = max(0.0, time.time() - min(c.epoch for c in commits)) * 1000
     return ViewRefresh(state.name, "applied", applied, latest.version, rows=change.rows, waited_ms=waited,
-                       path=strategy.name)
+                       path=written)
 
 
 def pinned(store: TableStore, view: DeployedResource, deployed: DeployedSnapshot,

@@ -142,6 +142,10 @@ class SparkStore:
                                                 for i, k in enumerate(keys)])
         return rows.join(right, condition, "left_semi")
 
+    def fetch(self, frame: DataFrame, limit: int) -> list[dict] | None:
+        found = frame.limit(limit + 1).toArrow()
+        return None if found.num_rows > limit else found.to_pylist()
+
     def narrowed(self, change: Change, version: int) -> tuple[DataFrame, DataFrame | None] | None:
         """engine/recompute.py: the touched keys come to the driver (from the change feed's files by delta-rs and
         DuckDB where `changed_keys` can, else by a Spark job); the source's files outside their range are not read.

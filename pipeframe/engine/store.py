@@ -78,6 +78,10 @@ class TableStore(Protocol[F]):
         """The rows of `rows` whose `keys` equal (NULL matching NULL) those of a row of `wanted`; all of them
         without keys (a global aggregate is one group)."""
 
+    def fetch(self, frame: F, limit: int) -> list[dict] | None:
+        """The rows of `frame` (a few: groups' witnesses) on the driver as dicts; None when there are more than
+        `limit`."""
+
     def narrowed(self, change: Change, version: int) -> tuple[F, F | None] | None:
         """For recomputing the groups `change` touched (their keys computed from its changed rows by the plan's
         `group_keys`): (the keys to replace, the source rows as of `version` whose states replace them; None for all

@@ -7,6 +7,7 @@ commit, through a `TableStore`: Spark and Delta, or the in-memory store of the u
 | append | commits that only added rows | the states of the added rows, appended |
 | negate | deletes/updates; every state can be subtracted; no view reads this one | the added rows' states and the removed rows' negated states, appended |
 | fold | the same, but views read this view's rows | the touched groups' rows replaced by one merged row each (the downstream views see old rows go, new ones come) |
+| absorb | updates of a view whose every state depends only on its set of values (max, min, any, distinct counts) | where the added rows cover every removed value of each group they were removed from: the added rows' states, appended; else as recompute |
 | recompute | deletes/updates; some state cannot be subtracted (min, sketches, sets) | the touched groups computed again from the source as of the new version, replacing their rows |
 | rows | deletes/updates of a view without GROUP BY | one view row less per removed source row, the added rows' rows added |
 
@@ -20,26 +21,41 @@ watermark, one commit per joined table:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from datetime import date
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pipeframe.compiler.maintenance import SIGN
 from pipeframe.engine.changes import Change, JoinChange
+from pipeframe.engine.recompute import NARROW_GROUPS
 
 if TYPE_CHECKING:
     from pipeframe.engine.store import TableStore
 
+# The changed rows an update may have for `absorb` to compare its witnesses (sets of values among them) on the driver
+ABSORB_ROWS = 2_000_000
+# Witness values compared in Python exactly as Spark orders them (datetime is a date; str by code point, as UTF-8 bytes)
+ORDERED = (bool, int, float, Decimal, str, bytes, date)
+
 
 class Strategy:
     """One way to apply a change: `applies` decides, from the change and the view's plan alone; `apply` makes the
-    one commit and says whether the store took it (False: another refresher applied the range first)."""
+    one commit and says how: the strategy's name (or that of the one it fell back to, when what it found in the
+    rows rules it out), None when the store skipped the commit (another refresher applied the range first)."""
 
     name: ClassVar[str]
 
     def applies(self, change: Any) -> bool:
         raise NotImplementedError
 
-    def apply(self, store: TableStore, change: Any) -> bool:
+    def apply(self, store: TableStore, change: Any) -> str | None:
         raise NotImplementedError
+
+    def taken(self, written: bool) -> str | None:
+        """What `apply` answers for a commit the store took (`written`) or skipped."""
+        return self.name if written else None
 
 
 class Append(Strategy):
@@ -48,10 +64,10 @@ class Append(Strategy):
     def applies(self, change: Change) -> bool:
         return not change.rewrites
 
-    def apply(self, store: TableStore, change: Change) -> bool:
+    def apply(self, store: TableStore, change: Change) -> str | None:
         rows = store.appended(change.source, change.commits)
-        return store.append(change.view, states(store, change, rows), metadata=change.record(self.name),
-                            watermark=change.watermark)
+        return self.taken(store.append(change.view, states(store, change, rows), metadata=change.record(self.name),
+                                       watermark=change.watermark))
 
 
 class Negate(Strategy):
@@ -60,10 +76,10 @@ class Negate(Strategy):
     def applies(self, change: Change) -> bool:
         return change.rewrites and bool(change.view.state.negate_sql) and not change.read_by_views
 
-    def apply(self, store: TableStore, change: Change) -> bool:
+    def apply(self, store: TableStore, change: Change) -> str | None:
         added, removed = store.change_rows(change.source, change.commits)
-        return store.append(change.view, signed(store, change, added, removed, change.pins, change.pins),
-                            metadata=change.record(self.name), watermark=change.watermark)
+        return self.taken(store.append(change.view, signed(store, change, added, removed, change.pins, change.pins),
+                                       metadata=change.record(self.name), watermark=change.watermark))
 
 
 class Fold(Strategy):
@@ -72,24 +88,51 @@ class Fold(Strategy):
     def applies(self, change: Change) -> bool:
         return change.rewrites and bool(change.view.state.negate_sql) and change.read_by_views
 
-    def apply(self, store: TableStore, change: Change) -> bool:
+    def apply(self, store: TableStore, change: Change) -> str | None:
         state = change.view.state
         added, removed = store.change_rows(change.source, change.commits)
         delta = signed(store, change, added, removed, change.pins, change.pins)
         touched = store.select(delta, [f"`{k}`" for k in state.keys])
         merged = store.union(store.semi(store.current(change.view), state.keys, touched), delta)
         replacement = store.run(change.view, state.compact_sql or "", merged)
-        return store.replace_groups(change.view, state.keys, touched, replacement,
-                                    metadata=change.record(self.name), watermark=change.watermark)
+        return self.taken(store.replace_groups(change.view, state.keys, touched, replacement,
+                                               metadata=change.record(self.name), watermark=change.watermark))
+
+
+class Absorb(Strategy):
+    name = "absorb"
+
+    def applies(self, change: Change) -> bool:
+        """An update (rows removed and rows added) of a view whose states depend only on the sets of their values
+        (max, min, any, distinct counts: `MaintenancePlan.absorb`), when the change is small enough to compare."""
+        return change.rewrites and change.adds and not change.view.state.negate_sql and \
+            change.view.state.aggregated and change.plan.absorb is not None and change.rows <= ABSORB_ROWS
+
+    def apply(self, store: TableStore, change: Change) -> str | None:
+        """The added rows' states appended, when in every group the change removed rows from, the added rows cover
+        every removed value (`covered`); else the touched groups recomputed (`Recompute`)."""
+        absorb, keys = change.plan.absorb, change.view.state.keys
+        assert absorb is not None
+        added, removed = store.change_rows(change.source, change.commits)
+        witnesses = store.union(store.select(store.run(change.view, absorb.sql, removed, change.pins),
+                                             ["*", f"-1 AS `{SIGN}`"]),
+                                store.select(store.run(change.view, absorb.sql, added, change.pins),
+                                             ["*", f"1 AS `{SIGN}`"]))
+        found = store.fetch(witnesses, 2 * NARROW_GROUPS)
+        if found is None or not covered(found, keys, absorb.rules):
+            return RECOMPUTE.apply(store, change)
+        return self.taken(store.append(change.view, states(store, change, added), metadata=change.record(self.name),
+                                       watermark=change.watermark))
 
 
 class Recompute(Strategy):
     name = "recompute"
 
     def applies(self, change: Change) -> bool:
-        return change.rewrites and not change.view.state.negate_sql and change.view.state.aggregated
+        return change.rewrites and not change.view.state.negate_sql and change.view.state.aggregated and \
+            not ABSORB.applies(change)
 
-    def apply(self, store: TableStore, change: Change) -> bool:
+    def apply(self, store: TableStore, change: Change) -> str | None:
         """The groups the changed rows fall in: their keys computed from each changed row where the plan says how
         (a row the view's WHERE drops names a group it may not hold: recomputing it changes nothing), else by the
         view's query. Their states from the source rows of those groups alone where the store can narrow the
@@ -101,15 +144,16 @@ class Recompute(Strategy):
             wanted, rows = narrowed
             every = rows is None
             replacement = states(store, change, store.snapshot(change.source, version) if every else rows)
-            return store.replace_groups(view, keys, wanted, replacement, metadata=change.record(self.name),
-                                        watermark=change.watermark, few=True)
+            return self.taken(store.replace_groups(view, keys, wanted, replacement,
+                                                   metadata=change.record(self.name), watermark=change.watermark,
+                                                   few=True))
         added, removed = store.change_rows(change.source, change.commits)
         changed = store.union(added, removed)
         touched = store.select(changed, [f"{k.sql} AS `{k.name}`" for k in plan.group_keys]) if plan.group_keys \
             else store.select(states(store, change, changed), [f"`{k}`" for k in keys])
         every = states(store, change, store.snapshot(change.source, version))
-        return store.replace_groups(view, keys, touched, store.semi(every, keys, touched),
-                                    metadata=change.record(self.name), watermark=change.watermark)
+        return self.taken(store.replace_groups(view, keys, touched, store.semi(every, keys, touched),
+                                               metadata=change.record(self.name), watermark=change.watermark))
 
 
 class Rows(Strategy):
@@ -118,14 +162,14 @@ class Rows(Strategy):
     def applies(self, change: Change) -> bool:
         return change.rewrites and not change.view.state.negate_sql and not change.view.state.aggregated
 
-    def apply(self, store: TableStore, change: Change) -> bool:
+    def apply(self, store: TableStore, change: Change) -> str | None:
         view = change.view
         keys = tuple(n for n, _ in view.state.columns)
         added, removed = store.change_rows(change.source, change.commits)
         gone = states(store, change, removed)
         kept = store.union(store.semi(store.current(view), keys, gone), states(store, change, added))
-        return store.replace_groups(view, keys, gone, store.except_all(kept, gone),
-                                    metadata=change.record(self.name), watermark=change.watermark)
+        return self.taken(store.replace_groups(view, keys, gone, store.except_all(kept, gone),
+                                               metadata=change.record(self.name), watermark=change.watermark))
 
 
 class JoinNegate(Strategy):
@@ -137,17 +181,17 @@ class JoinNegate(Strategy):
         return change.name in change.plan.monotonic and change.start >= 0 and \
             bool(change.view.state.negate_sql) and not change.read_by_views
 
-    def apply(self, store: TableStore, change: JoinChange) -> bool:
+    def apply(self, store: TableStore, change: JoinChange) -> str | None:
         partial = store.partial_states(change)
         if partial is not None:  # a ⋈ Δb with a = the source's partial states: fewer rows, the same states
-            return store.append(change.view, partial, metadata=change.record(self.name, partials=True),
-                                watermark=change.watermark)
+            return self.taken(store.append(change.view, partial, metadata=change.record(self.name, partials=True),
+                                           watermark=change.watermark))
         added, removed = store.change_rows(change.table, change.commits)
         rows = store.snapshot(change.source, change.source_version)
         delta = signed(store, change, rows, rows, {**change.pins, change.name: added},
                        {**change.pins, change.name: removed})
-        return store.append(change.view, delta, metadata=change.record(self.name), watermark=change.watermark,
-                            few=False)
+        return self.taken(store.append(change.view, delta, metadata=change.record(self.name),
+                                       watermark=change.watermark, few=False))
 
 
 class Join(Strategy):
@@ -156,7 +200,7 @@ class Join(Strategy):
     def applies(self, change: JoinChange) -> bool:
         return not JoinNegate().applies(change)
 
-    def apply(self, store: TableStore, change: JoinChange) -> bool:
+    def apply(self, store: TableStore, change: JoinChange) -> str | None:
         """The groups of the changed rows' join rows where the join is monotonic (`JoinNegate.applies`); else (an
         outer join, a subquery over the table) the groups whose states differ between before and now."""
         view, name, keys = change.view, change.name, change.view.state.keys
@@ -170,12 +214,13 @@ class Join(Strategy):
             old = states(store, change, rows, {**change.pins, name: before})
             touched = store.union(store.except_all(old, now), store.except_all(now, old))
         touched = store.select(touched, [f"`{k}`" for k in keys])
-        return store.replace_groups(view, keys, touched, store.semi(now, keys, touched),
-                                    metadata=change.record(self.name), watermark=change.watermark)
+        return self.taken(store.replace_groups(view, keys, touched, store.semi(now, keys, touched),
+                                               metadata=change.record(self.name), watermark=change.watermark))
 
 
+ABSORB, RECOMPUTE = Absorb(), Recompute()
 # In the order they are tried: exactly one applies to any change (tests/unit/test_strategies.py).
-STRATEGIES: tuple[Strategy, ...] = (Append(), Negate(), Fold(), Recompute(), Rows())
+STRATEGIES: tuple[Strategy, ...] = (Append(), Negate(), Fold(), ABSORB, RECOMPUTE, Rows())
 JOIN_STRATEGIES: tuple[Strategy, ...] = (JoinNegate(), Join())
 
 
@@ -188,6 +233,49 @@ def choose(change: Change | JoinChange) -> Strategy:
 def states(store: TableStore, change: Change | JoinChange, rows: Any, pins: Mapping[str, Any] | None = None) -> Any:
     """The view's state rows (or plain rows) made from source `rows`, its joined tables as pinned."""
     return store.run(change.view, change.plan.state_sql, rows, change.pins if pins is None else pins)
+
+
+def covered(witnesses: Sequence[Mapping[str, Any]], keys: Sequence[str], rules: Sequence[tuple[str, str]]) -> bool:
+    """Whether taking the removed rows out of a view whose states depend only on sets of values changes no state,
+    once the added rows' states are merged in: `witnesses` holds per group and side (`SIGN`: -1 the removed rows,
+    1 the added ones) each state's witness (`Absorb.sql`). Every group with removed rows must have added rows, and
+    there each removed max (min) be at most (at least) the added max (min), each removed set within the added set:
+    then the group still holds a value covering each removed one. A value this cannot compare exactly as Spark
+    orders it (a struct, a NaN) answers False: the groups are recomputed."""
+    added = {_key(row, keys): row for row in witnesses if row[SIGN] > 0}
+    for row in witnesses:
+        if row[SIGN] > 0:
+            continue
+        kept = added.get(_key(row, keys))
+        if kept is None or not all(_covers(rule, row[column], kept[column]) for column, rule in rules):
+            return False
+    return True
+
+
+def _covers(rule: str, gone: Any, kept: Any) -> bool:
+    if rule == "set":
+        return {_exact(v) for v in gone or ()} <= {_exact(v) for v in kept or ()}
+    if gone is None:
+        return True
+    if kept is None or type(gone) is not type(kept) or not isinstance(gone, ORDERED) or \
+            isinstance(gone, float) and (math.isnan(gone) or math.isnan(kept)):
+        return False
+    return gone <= kept if rule == "max" else gone >= kept
+
+
+def _key(row: Mapping[str, Any], keys: Sequence[str]) -> tuple:
+    return tuple(_exact(row[k]) for k in keys)
+
+
+def _exact(value: Any) -> Any:
+    """`value` hashable, and equal to another only where Spark's equality says so as well (-0.0 is not 0.0 here)."""
+    if isinstance(value, float):
+        return "float", value.hex()
+    if isinstance(value, list | tuple):
+        return tuple(_exact(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _exact(v)) for k, v in value.items())
+    return value
 
 
 def signed(store: TableStore, change: Change | JoinChange, added: Any, removed: Any, added_pins: Mapping[str, Any],

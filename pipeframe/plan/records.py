@@ -7,7 +7,8 @@ to its resource state; a state of format 1 or 2 reads with none, and the engine 
 until `pipeframe deploy` records it (PF612). Format 4 adds the plan's `group_keys`; a plan of format 3 reads with
 none (its recomputes aggregate the whole source until a deploy records them). Format 5 adds the plan's
 `keys_duckdb`; a plan of format 4 reads with none (its recomputes find the touched groups with a Spark job until a
-deploy records it). A record of a newer format than this code knows is refused (PF610: upgrade pipeframe); a key this
+deploy records it). Format 6 adds the plan's `absorb`; a plan of format 5 reads with none (an update reaching a view of
+maxima, minima and distinct counts recomputes the groups it touched until a deploy records it). A record of a newer format than this code knows is refused (PF610: upgrade pipeframe); a key this
 code does not know, in a record of a known format, is an error (PF611), never dropped: it would be lost on the next
 write.
 
@@ -42,8 +43,8 @@ from pipeframe.errors import PipeframeError
 if TYPE_CHECKING:
     from pipeframe.plan.state import ResourceState
 
-FORMAT = 5  # the newest record format; 1: before formats were recorded; 3: maintenance plans; 4: their group
-# keys; 5: the touched keys' query in DuckDB's SQL
+FORMAT = 6  # the newest record format; 1: before formats were recorded; 3: maintenance plans; 4: their group
+# keys; 5: the touched keys' query in DuckDB's SQL; 6: how an update is absorbed
 
 
 @dataclass(frozen=True)
@@ -236,11 +237,12 @@ def _maintenance(data: Any, where: str) -> maintenance.MaintenancePlan | None:
     if data is None:
         return None
     derived = data.get("partials") if isinstance(data, dict) else None
+    absorb = data.get("absorb") if isinstance(data, dict) else None
     keys = data.get("group_keys") or [] if isinstance(data, dict) else []
     if not isinstance(keys, list):
         raise TypeError(f"{keys!r} is not a list")
     for body, cls in ((data, maintenance.MaintenancePlan), (derived, maintenance.Partials),
-                      *((key, maintenance.GroupKey) for key in keys)):
+                      (absorb, maintenance.Absorb), *((key, maintenance.GroupKey) for key in keys)):
         if body is not None and not isinstance(body, dict):
             raise TypeError(f"{body!r} is not an object")
         unknown = sorted(set(body or ()) - {f.name for f in fields(cls)})
@@ -249,8 +251,10 @@ def _maintenance(data: Any, where: str) -> maintenance.MaintenancePlan | None:
     if derived is not None:
         derived = maintenance.Partials(**{**derived, "keys": tuple(derived.get("keys", ())),
                                           "signed_sql": tuple(tuple(p) for p in derived.get("signed_sql", ()))})
+    if absorb is not None:
+        absorb = maintenance.Absorb(**{**absorb, "rules": tuple(tuple(r) for r in absorb.get("rules", ()))})
     return maintenance.MaintenancePlan(**{**data, "monotonic": tuple(data.get("monotonic", ())),
-                                          "partials": derived,
+                                          "partials": derived, "absorb": absorb,
                                           "group_keys": tuple(maintenance.GroupKey(**key) for key in keys)})
 
 

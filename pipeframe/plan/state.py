@@ -123,7 +123,8 @@ def _maintenance(plan: ViewPlan, joined: tuple[str, ...], source: str | None, de
     known = source_state is not None and all(others.values())
     return maintenance_plan(plan.state_sql, plan.compact_sql("{table}"), plan.negate_sql("{table}"), joined,
                             source_state.columns if source_state else [], others if known else None,
-                            plan.keys if plan.aggregated else ())
+                            plan.keys if plan.aggregated else (),
+                            tuple((c.name, c.state) for c in plan.columns if c.state is not None))
 
 
 def desired_state(compiled: CompiledProject) -> dict[ResourceKey, ResourceState]:

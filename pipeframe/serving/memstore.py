@@ -87,14 +87,15 @@ class MemoryStore:
 
     def rows(self, path: str, version: int | None = None) -> list[dict]:
         """The table's rows (as of `version`; None: the latest) as dicts."""
-        return self.fetch(self._tables[path][-1 if version is None else version].rows)
+        return self.fetch(self._tables[path][-1 if version is None else version].rows) or []
 
-    def fetch(self, frame: Frame) -> list[dict]:
-        """A frame's rows as dicts."""
+    def fetch(self, frame: Frame, limit: int | None = None) -> list[dict] | None:
+        """A frame's rows as dicts (None: more than `limit` of them)."""
         with self._lock:
             cursor = self._db.execute(f"SELECT * FROM {frame.name}")
             names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            found = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return None if limit is not None and len(found) > limit else found
 
     # ------------------------------------------------------------------ TableStore: history
     def history(self, path: str, limit: int | None = RECENT_COMMITS) -> list[Commit]:

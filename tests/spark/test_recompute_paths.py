@@ -42,6 +42,17 @@ SQL >
 TYPE materialized
 DATASOURCE daily_peaks
 """
+TOPS = """\
+NODE tops
+SQL >
+    SELECT toDate(ts) AS day, max(lat) AS top, uniq(user_id) AS users, uniqExact(user_id) AS exact,
+        minIf(lat, user_id != 'u1') AS low
+    FROM events GROUP BY day
+TYPE materialized
+DATASOURCE tops
+"""
+TOPS_TRUTH = ("SELECT to_date(ts) AS day, max(lat) AS top, count(DISTINCT user_id) AS users, "
+              "count(DISTINCT user_id) AS exact, min(IF(user_id != 'u1', lat, NULL)) AS low FROM events GROUP BY 1")
 PEAKS_TRUTH = ("SELECT date_trunc('hour', ts) AS hour, max(lat) AS top, min(lat) AS low, count(*) AS n FROM events "
                "GROUP BY 1")
 DAILY_TRUTH = "SELECT to_date(ts) AS day, max(lat) AS top FROM events GROUP BY 1"
@@ -53,7 +64,7 @@ def project(spark, spark_config) -> Project:
     root = Path(spark_config.root) / "recompute_paths"
     shutil.rmtree(root, ignore_errors=True)
     for rel, text in {"datasources/events.datasource": SOURCE, "pipes/peaks.pipe": PEAKS,
-                      "pipes/daily.pipe": DAILY}.items():
+                      "pipes/daily.pipe": DAILY, "pipes/tops.pipe": TOPS}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     (root / "pipeframe.yaml").write_text("name: recompute\n")
@@ -142,10 +153,39 @@ def test_a_delete_recomputes_only_the_touched_groups_or_every_group(project, mon
 
     monkeypatch.setattr(recompute, "narrowed", first_fails)
     deleted, views = p.delete("events", "user_id = 'u3' AND lat > 50")
-    assert deleted > 0 and {v.view: v.outcome for v in views} == {"peaks": "applied", "daily_peaks": "applied"}
-    assert len(calls) == 3  # the two views, and the one whose job failed once more
+    assert deleted > 0 and {v.view: v.outcome for v in views} == {"peaks": "applied", "daily_peaks": "applied",
+                                                                  "tops": "applied"}
+    assert len(calls) == 4  # the three views, and the one whose job failed once more
     assert rows(p, "SELECT * FROM peaks") == rows(p, PEAKS_TRUTH)
     assert rows(p, "SELECT * FROM daily_peaks") == rows(p, DAILY_TRUTH)
+
+
+
+def test_an_update_whose_new_values_cover_the_old_ones_is_absorbed_and_any_other_recomputed(project):
+    """`tops` (max, two distinct counts, a conditional min, by day) and `daily_peaks` (max over `peaks`' rows): an
+    UPDATE that raises one user's latencies leaves every removed max covered by an added one and every day's users
+    as they were, so both append the new images' states (`absorb`) instead of recomputing; one that lowers them,
+    or moves rows to another day, recomputes. After each, every view equals its query over the source."""
+    p = project
+    for day in range(2):
+        batch = [{"ts": (START + timedelta(days=day, hours=h, minutes=m)).isoformat(sep=" "), "user_id": f"u{h % 3}",
+                  "lat": (day * 31 + h * 7 + m) % 89} for h in range(24) for m in (5, 35)]
+        assert p.append("events", batch).accepted == len(batch)
+    p.refresh()
+    path = p.warehouse.snapshot(fresh=True).table("events").path
+
+    def changed(sql: str) -> dict[str, str | None]:
+        p.spark.sql(f"UPDATE delta.`{path}` {sql}")
+        paths = {v.view: v.path for v in p.refresh()}
+        for view, truth in (("tops", TOPS_TRUTH), ("peaks", PEAKS_TRUTH), ("daily_peaks", DAILY_TRUTH)):
+            assert rows(p, f"SELECT * FROM {view}") == rows(p, truth), (sql, view)
+        return paths
+
+    assert changed("SET lat = lat + 5 WHERE user_id = 'u1'") == {
+        "peaks": "recompute", "daily_peaks": "absorb", "tops": "absorb"}
+    assert last_commit(p, "tops")["operation"] == "WRITE"  # an append: no row of the view taken out
+    assert changed("SET lat = lat - 40 WHERE user_id = 'u2' AND lat > 60")["tops"] == "recompute"
+    assert changed("SET ts = ts + INTERVAL 1 DAY WHERE user_id = 'u0' AND lat % 2 = 0")["tops"] == "recompute"
 
 
 def test_touched_keys_read_from_the_change_files_without_spark_equal_sparks(project, monkeypatch):
