@@ -70,6 +70,11 @@ class Absorb:
 
     sql: str  # over `{table}` (source rows) and `{table:<name>}` (joined tables): one witness row per group
     rules: tuple[tuple[str, str], ...]  # (state column, "max" | "min" | "set")
+    # The same query over the changed source rows (the relation CHANGED, run once over the removed and once over the
+    # added ones) in DuckDB's SQL, as the read path translates Spark's: the witnesses found without a Spark job
+    # (engine/sparkstore.py). None where the view joins a table, a key is not exact (`keys_duckdb`) or the
+    # translation refuses an expression.
+    duckdb: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,16 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from pipeframe.compiler.dialect import DIALECT
-from pipeframe.compiler.maintenance import ABSORB_RULES, CHANGED, RANGE_TYPES, UNITS, Absorb, GroupKey, MaintenancePlan
+from pipeframe.compiler.maintenance import (
+    ABSORB_RULES,
+    CHANGED,
+    RANGE_TYPES,
+    UNITS,
+    Absorb,
+    GroupKey,
+    MaintenancePlan,
+    fill,
+)
 from pipeframe.compiler.partials import partials
 from pipeframe.compiler.sql import rename_tables, to_sql
 from pipeframe.compiler.viewplan import BATCH_RELATION
@@ -36,21 +45,25 @@ def maintenance_plan(state_sql: str, compact_sql: str | None, negate_sql: str | 
         derived = replace(derived, sql=placeholders(derived.sql, ()),
                           signed_sql=tuple((name, placeholders(sql, joined)) for name, sql in derived.signed_sql))
     found = group_keys(state_sql, keys, source_columns, other_columns)
+    exact = keys_duckdb(found, source_columns)
     return MaintenancePlan(placeholders(state_sql, joined),
                            tuple(name for name in joined if joined_monotonically(state_sql, name)), derived,
-                           found, keys_duckdb(found, source_columns),
-                           absorb(state_sql, states, joined) if keys or states else None)
+                           found, exact, absorb(state_sql, states, joined, source_columns if exact else None)
+                           if keys or states else None)
 
 
 # The sketch aggregates of a distinct count's state (its values, its merge of sketches) → their argument's exact set
 _SKETCHES = {"hll_sketch_agg", "hll_union_agg"}
 
 
-def absorb(state_sql: str, states: Sequence[tuple[str, str]], joined: Sequence[str]) -> Absorb | None:
+def absorb(state_sql: str, states: Sequence[tuple[str, str]], joined: Sequence[str],
+           source_columns: Sequence[tuple[str, str]] | None) -> Absorb | None:
     """`MaintenancePlan.absorb` of a view whose state query is `state_sql` and whose state columns are `states`
     (name, kind): the query with each sketch aggregate of a distinct count collecting its argument's distinct values
     instead, so that a group's witness of it is the exact set of values its sketch was given; None when a
-    state's kind depends on more than the set of its values (a count, a sum, a quantile sketch, argMax)."""
+    state's kind depends on more than the set of its values (a count, a sum, a quantile sketch, argMax).
+    `source_columns`: the source's (name, type) where the view's keys are exact in DuckDB (`keys_duckdb`), for
+    the query's translation (`Absorb.duckdb`); None for none."""
     kinds = dict(states)
     if any(kind not in ABSORB_RULES for kind in kinds.values()):
         return None
@@ -71,8 +84,19 @@ def absorb(state_sql: str, states: Sequence[tuple[str, str]], joined: Sequence[s
                 outer.replace(exp.ArrayDistinct(this=gathered))
     if any(isinstance(node, exp.Anonymous) and node.name.lower() in _SKETCHES for node in tree.walk()):
         return None  # a sketch outside the state columns (an earlier node's): its set is not what a witness knows
-    return Absorb(placeholders(to_sql(tree), joined),
-                  tuple((name, ABSORB_RULES[kind]) for name, kind in states))
+    sql = placeholders(to_sql(tree), joined)
+    return Absorb(sql, tuple((name, ABSORB_RULES[kind]) for name, kind in states),
+                  _witnesses_duckdb(sql, source_columns) if source_columns is not None and not joined else None)
+
+
+def _witnesses_duckdb(sql: str, source_columns: Sequence[tuple[str, str]]) -> str | None:
+    """`Absorb.duckdb`: witness query `sql` over CHANGED in DuckDB's SQL, None where the translation refuses it."""
+    from pipeframe.serving.translate import Untranslatable, parse, translate
+
+    try:
+        return translate(parse(fill(sql, CHANGED, {})), {CHANGED: dict(source_columns)}).sql
+    except (Untranslatable, SqlglotError, ValueError):
+        return None
 
 
 def keys_duckdb(keys: Sequence[GroupKey], source_columns: Sequence[tuple[str, str]]) -> str | None:

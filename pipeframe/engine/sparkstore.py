@@ -14,9 +14,9 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pipeframe.compiler.maintenance import fill
+from pipeframe.compiler.maintenance import CHANGED, SIGN, fill
 from pipeframe.engine import deltalog, partials, recompute, tables
 from pipeframe.engine.conflicts import is_cancelled, local_folder
 from pipeframe.engine.store import RECENT_COMMITS
@@ -142,9 +142,17 @@ class SparkStore:
                                                 for i, k in enumerate(keys)])
         return rows.join(right, condition, "left_semi")
 
-    def fetch(self, frame: DataFrame, limit: int) -> list[dict] | None:
-        found = frame.limit(limit + 1).toArrow()
-        return None if found.num_rows > limit else found.to_pylist()
+    def witnesses(self, change: Change, limit: int) -> list[dict] | None:
+        """Without a Spark job where `changed_witnesses` can; else one job over the change feed's two sides."""
+        found = changed_witnesses(self.spark, change, limit)
+        if found is not None:
+            return found
+        absorb = change.plan.absorb
+        assert absorb is not None
+        added, removed = self.change_rows(change.source, change.commits)
+        both = self.run(change.view, absorb.sql, removed, change.pins).selectExpr("*", f"-1 AS `{SIGN}`").unionByName(
+            self.run(change.view, absorb.sql, added, change.pins).selectExpr("*", f"1 AS `{SIGN}`"))
+        return both.limit(2 * limit + 1).toArrow().to_pylist()  # more than `limit` on a side: one side has
 
     def narrowed(self, change: Change, version: int) -> tuple[DataFrame, DataFrame | None] | None:
         """engine/recompute.py: the touched keys come to the driver (from the change feed's files by delta-rs and
@@ -257,17 +265,46 @@ def _same_kind(arrow: pa.DataType, spark_type: str) -> bool:
 
 def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | None:
     """The distinct group keys of the rows `change`'s commits changed in a local source (at most `limit` of them),
-    without a Spark job: the change data feed read by delta-rs (`DeltaTable.load_cdf`: the change files Delta wrote,
-    the rows of files a commit added or removed whole) and the plan's `keys_duckdb` run by DuckDB over it. None
-    where that cannot answer as Spark would: no such query in the plan (a key DuckDB does not translate, a plan
-    recorded before it), a source elsewhere than a local folder, a session time zone other than UTC (the
-    translation computes in UTC), a reader that fails (a table feature delta-rs lacks)."""
-    from pipeframe.compiler.maintenance import CHANGED
-
+    without a Spark job: the plan's `keys_duckdb` run by DuckDB over the change feed (`_over_feed`). None where that
+    cannot answer as Spark would (`_over_feed`), or the plan has no such query (a key DuckDB does not translate, a
+    plan recorded before it)."""
     sql = change.plan.keys_duckdb
+    if sql is None:
+        return None
+    found = _over_feed(spark, change, lambda db: [db.sql(f"{sql} LIMIT {int(limit)}").to_arrow_table()])
+    return None if found is None else found[0]
+
+
+def changed_witnesses(spark: SparkSession, change: Change, limit: int) -> list[dict] | None:
+    """`TableStore.witnesses` without a Spark job: the plan's `Absorb.duckdb` run by DuckDB over the removed and over
+    the added rows of the change feed (`_over_feed`), each side's rows marked with SIGN; None where that cannot
+    answer as Spark would, or the plan has no such query."""
+    sql = change.plan.absorb.duckdb if change.plan.absorb is not None else None
+    if sql is None:
+        return None
+
+    def both(db) -> list[dict]:
+        found: list[dict] = []
+        for sign, kinds in ((-1, tables.REMOVED_CHANGES), (1, "('insert', 'update_postimage')")):
+            db.execute(f"CREATE OR REPLACE TEMP VIEW {CHANGED} AS SELECT * FROM __pf_changes "
+                       f"WHERE _change_type IN {kinds}")
+            found += [{**row, SIGN: sign} for row in db.sql(f"{sql} LIMIT {int(limit) + 1}").to_arrow_table()
+                      .to_pylist()]
+        return found
+
+    return _over_feed(spark, change, both, changes=True)
+
+
+def _over_feed(spark: SparkSession, change: Change, query: Callable, changes: bool = False) -> Any:
+    """What `query(db)` answers over the rows `change`'s commits changed in a local source, read without a Spark
+    job: the change data feed read by delta-rs (`DeltaTable.load_cdf`: the change files Delta wrote, the rows of
+    files a commit added or removed whole), held by DuckDB as the relation CHANGED (the source's columns; with
+    `changes`, as `__pf_changes` with its `_change_type` as well, for `query` to split). None where that cannot
+    answer as Spark would: a source elsewhere than a local folder, a session time zone other than UTC (the
+    translations compute in UTC), a reader that fails (a table feature delta-rs lacks)."""
     folder = local_folder(change.source.path or "")
     zone = (spark.conf.get("spark.sql.session.timeZone") or "").upper()
-    if sql is None or folder is None or zone not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
+    if folder is None or zone not in ("UTC", "ETC/UTC", "Z", "+00:00", "GMT"):
         return None
     versions = sorted(c.version for c in change.commits if c.changes_data)
     if not versions or not _feed_readable(folder):
@@ -282,11 +319,12 @@ def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | 
         with duckdb.connect() as db:
             db.execute("SET TimeZone = 'UTC'")
             db.register("__pf_feed", feed)
-            db.execute(f"CREATE VIEW {CHANGED} AS SELECT {columns} FROM __pf_feed "
+            db.execute(f"CREATE VIEW {'__pf_changes' if changes else CHANGED} AS SELECT {columns}"
+                       f"{', _change_type' if changes else ''} FROM __pf_feed "
                        f"WHERE _commit_version IN ({', '.join(map(str, versions))})")  # neutral commits left out
-            return db.sql(f"{sql} LIMIT {int(limit)}").to_arrow_table()
+            return query(db)
     except Exception as exc:  # noqa: BLE001 — the Spark job answers instead
-        log.info("touched keys of %s read by Spark: %s", change.view.state.name, first_line(exc))
+        log.info("changed rows of %s read by Spark: %s", change.view.state.name, first_line(exc))
         return None
 
 

@@ -78,9 +78,10 @@ class TableStore(Protocol[F]):
         """The rows of `rows` whose `keys` equal (NULL matching NULL) those of a row of `wanted`; all of them
         without keys (a global aggregate is one group)."""
 
-    def fetch(self, frame: F, limit: int) -> list[dict] | None:
-        """The rows of `frame` (a few: groups' witnesses) on the driver as dicts; None when there are more than
-        `limit`."""
+    def witnesses(self, change: Change, limit: int) -> list[dict]:
+        """On the driver, as dicts: the plan's `Absorb.sql` over the removed rows of `change` (each row with SIGN -1)
+        and over its added rows (SIGN 1). Where a side has more than `limit` rows (groups), more than `limit` of one
+        side are given (not all of them need be)."""
 
     def narrowed(self, change: Change, version: int) -> tuple[F, F | None] | None:
         """For recomputing the groups `change` touched (their keys computed from its changed rows by the plan's

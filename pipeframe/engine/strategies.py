@@ -113,14 +113,11 @@ class Absorb(Strategy):
         every removed value (`covered`); else the touched groups recomputed (`Recompute`)."""
         absorb, keys = change.plan.absorb, change.view.state.keys
         assert absorb is not None
-        added, removed = store.change_rows(change.source, change.commits)
-        witnesses = store.union(store.select(store.run(change.view, absorb.sql, removed, change.pins),
-                                             ["*", f"-1 AS `{SIGN}`"]),
-                                store.select(store.run(change.view, absorb.sql, added, change.pins),
-                                             ["*", f"1 AS `{SIGN}`"]))
-        found = store.fetch(witnesses, 2 * NARROW_GROUPS)
-        if found is None or not covered(found, keys, absorb.rules):
+        found = store.witnesses(change, NARROW_GROUPS)
+        removed = sum(1 for row in found if row[SIGN] < 0)
+        if removed > NARROW_GROUPS or len(found) - removed > NARROW_GROUPS or not covered(found, keys, absorb.rules):
             return RECOMPUTE.apply(store, change)
+        added = store.change_rows(change.source, change.commits)[0]
         return self.taken(store.append(change.view, states(store, change, added), metadata=change.record(self.name),
                                        watermark=change.watermark))
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from pipeframe.compiler.maintenance import fill
+from pipeframe.compiler.maintenance import SIGN, fill
 from pipeframe.engine.commits import Commit, Watermark, watermark_of
 from pipeframe.engine.store import RECENT_COMMITS
 from pipeframe.plan import records
@@ -87,15 +87,14 @@ class MemoryStore:
 
     def rows(self, path: str, version: int | None = None) -> list[dict]:
         """The table's rows (as of `version`; None: the latest) as dicts."""
-        return self.fetch(self._tables[path][-1 if version is None else version].rows) or []
+        return self.fetch(self._tables[path][-1 if version is None else version].rows)
 
-    def fetch(self, frame: Frame, limit: int | None = None) -> list[dict] | None:
-        """A frame's rows as dicts (None: more than `limit` of them)."""
+    def fetch(self, frame: Frame) -> list[dict]:
+        """A frame's rows as dicts."""
         with self._lock:
             cursor = self._db.execute(f"SELECT * FROM {frame.name}")
             names = [d[0] for d in cursor.description]
-            found = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        return None if limit is not None and len(found) > limit else found
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     # ------------------------------------------------------------------ TableStore: history
     def history(self, path: str, limit: int | None = RECENT_COMMITS) -> list[Commit]:
@@ -154,6 +153,13 @@ class MemoryStore:
         match = " AND ".join(f'r."{k}" IS NOT DISTINCT FROM w."{k}"' for k in keys)
         return self._query(f"SELECT * FROM {rows.name} AS r WHERE EXISTS (SELECT 1 FROM {wanted.name} AS w "
                            f"WHERE {match})", rows.columns)
+
+    def witnesses(self, change: Change, limit: int) -> list[dict]:
+        absorb = change.plan.absorb
+        assert absorb is not None
+        added, removed = self.change_rows(change.source, change.commits)
+        return [{**row, SIGN: sign} for sign, rows in ((-1, removed), (1, added))
+                for row in self.fetch(self.run(change.view, absorb.sql, rows, change.pins))]
 
     def narrowed(self, change: Change, version: int) -> tuple[Frame, Frame | None] | None:
         return None  # the whole source is small: aggregated, and the touched groups kept
