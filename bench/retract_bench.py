@@ -556,11 +556,13 @@ def explanation(results: dict) -> list[str]:
             "- **`absorb`** (`daily_peaks`, latency raised): max and HLL sketches depend only on the set of values "
             "they were given, so taking a row out changes nothing where the same group gains a value that covers it. "
             "The refresh runs the view's query over the update's old and new images, the sketch replaced by the set "
-            "of its distinct values (one Spark job over the change feed), and compares them per day on the driver: "
+            "of its distinct values (translated to DuckDB's SQL at deploy and run by DuckDB over the change feed as "
+            "delta-rs reads it: no Spark job), and compares them per day on the driver: "
             "each day's removed max is at most its added max (every raised latency is larger than before) and its "
             "removed users are among the added ones (the update changed no `user_id`). So the new images' states "
             "are appended, as for an insert, and no source row is read: "
-            f"{absorbed['incremental_s']['median']:.1f} s against {absorbed['full_s']['median']:.1f} s to rebuild. "
+            f"{absorbed['incremental_s']['median']:.1f} s against {absorbed['full_s']['median']:.1f} s to rebuild (one "
+            "Spark job: the new images' states). "
             "Lowering the latency instead (the next row) lowers some day's max, which that day's other rows alone "
             "can tell: `recompute`.")
     j = results.get("join")

@@ -142,8 +142,9 @@ class SparkStore:
                                                 for i, k in enumerate(keys)])
         return rows.join(right, condition, "left_semi")
 
-    def witnesses(self, change: Change, limit: int) -> list[dict] | None:
-        """Without a Spark job where `changed_witnesses` can; else one job over the change feed's two sides."""
+    def witnesses(self, change: Change, limit: int) -> list[dict]:
+        """Without a Spark job where `changed_witnesses` can; else one job over the change feed's two sides, at most
+        2 * limit + 1 rows of them: a side of more than `limit` rows shows more than `limit`, or the other side does."""
         found = changed_witnesses(self.spark, change, limit)
         if found is not None:
             return found
@@ -152,7 +153,7 @@ class SparkStore:
         added, removed = self.change_rows(change.source, change.commits)
         both = self.run(change.view, absorb.sql, removed, change.pins).selectExpr("*", f"-1 AS `{SIGN}`").unionByName(
             self.run(change.view, absorb.sql, added, change.pins).selectExpr("*", f"1 AS `{SIGN}`"))
-        return both.limit(2 * limit + 1).toArrow().to_pylist()  # more than `limit` on a side: one side has
+        return both.limit(2 * limit + 1).toArrow().to_pylist()
 
     def narrowed(self, change: Change, version: int) -> tuple[DataFrame, DataFrame | None] | None:
         """engine/recompute.py: the touched keys come to the driver (from the change feed's files by delta-rs and
@@ -271,8 +272,7 @@ def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | 
     sql = change.plan.keys_duckdb
     if sql is None:
         return None
-    found = _over_feed(spark, change, lambda db: [db.sql(f"{sql} LIMIT {int(limit)}").to_arrow_table()])
-    return None if found is None else found[0]
+    return _over_feed(spark, change, lambda db: db.sql(f"{sql} LIMIT {int(limit)}").to_arrow_table())
 
 
 def changed_witnesses(spark: SparkSession, change: Change, limit: int) -> list[dict] | None:

@@ -80,8 +80,8 @@ class TableStore(Protocol[F]):
 
     def witnesses(self, change: Change, limit: int) -> list[dict]:
         """On the driver, as dicts: the plan's `Absorb.sql` over the removed rows of `change` (each row with SIGN -1)
-        and over its added rows (SIGN 1). Where a side has more than `limit` rows (groups), more than `limit` of one
-        side are given (not all of them need be)."""
+        and over its added rows (SIGN 1), a row per group and side. Where a side has more groups than `limit`, not every
+        row need be given, but more than `limit` of one side are."""
 
     def narrowed(self, change: Change, version: int) -> tuple[F, F | None] | None:
         """For recomputing the groups `change` touched (their keys computed from its changed rows by the plan's
