@@ -86,15 +86,17 @@ def absorb(state_sql: str, states: Sequence[tuple[str, str]], joined: Sequence[s
         return None  # a sketch outside the state columns (an earlier node's): its set is not what a witness knows
     sql = placeholders(to_sql(tree), joined)
     return Absorb(sql, tuple((name, ABSORB_RULES[kind]) for name, kind in states),
-                  _witnesses_duckdb(sql, source_columns) if source_columns is not None and not joined else None)
+                  over_changed(fill(sql, CHANGED, {}), source_columns)
+                  if source_columns is not None and not joined else None)
 
 
-def _witnesses_duckdb(sql: str, source_columns: Sequence[tuple[str, str]]) -> str | None:
-    """`Absorb.duckdb`: witness query `sql` over CHANGED in DuckDB's SQL, None where the translation refuses it."""
+def over_changed(spark_sql: str, source_columns: Sequence[tuple[str, str]]) -> str | None:
+    """Spark SQL over the changed source rows (CHANGED, of the source's (name, type) `source_columns`) in DuckDB's
+    SQL, as the read path translates Spark's; None where the translation refuses it."""
     from pipeframe.serving.translate import Untranslatable, parse, translate
 
     try:
-        return translate(parse(fill(sql, CHANGED, {})), {CHANGED: dict(source_columns)}).sql
+        return translate(parse(spark_sql), {CHANGED: dict(source_columns)}).sql
     except (Untranslatable, SqlglotError, ValueError):
         return None
 
@@ -106,16 +108,11 @@ def keys_duckdb(keys: Sequence[GroupKey], source_columns: Sequence[tuple[str, st
     (its date, a truncation: `GroupKey.column`). Anything else may differ in a corner (a string function's Unicode
     case rules) and a key computed differently names a group the view does not hold: the touched group would keep
     its old value, so such keys are left to Spark."""
-    from pipeframe.serving.translate import Untranslatable, parse, translate
-
     if not keys or not all(k.column is not None or isinstance(sqlglot.parse_one(k.sql, read=DIALECT), exp.Column)
                            for k in keys):
         return None
-    spark_sql = f"SELECT DISTINCT {', '.join(f'{k.sql} AS `{k.name}`' for k in keys)} FROM {CHANGED}"
-    try:
-        return translate(parse(spark_sql), {CHANGED: dict(source_columns)}).sql
-    except (Untranslatable, SqlglotError, ValueError):
-        return None
+    return over_changed(f"SELECT DISTINCT {', '.join(f'{k.sql} AS `{k.name}`' for k in keys)} FROM {CHANGED}",
+                        source_columns)
 
 
 def group_keys(sql: str, keys: Sequence[str], source_columns: Sequence[tuple[str, str]],

@@ -7,10 +7,10 @@ to its resource state; a state of format 1 or 2 reads with none, and the engine 
 until `pipeframe deploy` records it (PF612). Format 4 adds the plan's `group_keys`; a plan of format 3 reads with
 none (its recomputes aggregate the whole source until a deploy records them). Format 5 adds the plan's
 `keys_duckdb`; a plan of format 4 reads with none (its recomputes find the touched groups with a Spark job until a
-deploy records it). Format 6 adds the plan's `absorb`; a plan of format 5 reads with none (an update reaching a view of
-maxima, minima and distinct counts recomputes the groups it touched until a deploy records it). A record of a newer format than this code knows is refused (PF610: upgrade pipeframe); a key this
-code does not know, in a record of a known format, is an error (PF611), never dropped: it would be lost on the next
-write.
+deploy records it). Format 6 adds the plan's `absorb`; a plan of format 5 reads with none (an update reaching a
+view of maxima, minima and distinct counts recomputes the groups it touched until a deploy records it). A record of
+a newer format than this code knows is refused (PF610: upgrade pipeframe); a key this code does not know, in a
+record of a known format, is an error (PF611), never dropped: it would be lost on the next write.
 
 Commit kinds, told apart by `op` (and, without one, by `view`):
 
