@@ -44,6 +44,14 @@ class Change:
         return any(c.operation != "DELETE" for c in self.commits if c.changes_data)
 
     @property
+    def settled(self) -> bool:
+        """Whether no row can be among both the added and the removed rows of the commits (the change feed does not
+        net them out): at most one commit removes rows, and none before it added any (it could remove those)."""
+        changing = [c for c in self.commits if c.changes_data]
+        rewriting = [i for i, c in enumerate(changing) if c.rewrites_rows()]
+        return rewriting in ([], [0])
+
+    @property
     def every_group_holds(self) -> bool:
         """Whether recomputing every group of the view from its source gives each group the value it holds: not
         when rows landed before it was deployed were left out (BACKFILL skip), nor when it keeps the aggregates of

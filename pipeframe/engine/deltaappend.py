@@ -337,6 +337,43 @@ def key_rows(folder: str, keys: list[str]) -> pa.Table | None:
         return None
 
 
+def group_extremes(folder: str, keys: list[str], touched: pa.Table, rules: list[tuple[str, str]]) -> list[dict] | None:
+    """The groups of the table in local `folder` whose `keys` equal (NULL-safe) a row of `touched`: per group its
+    keys, cast to `touched`'s types, and the largest ("max") or smallest ("min") value of each `rules` column over
+    its rows, read from its files without a Spark job. None when it cannot say as Spark would: a table
+    `deltalog.live_files` cannot list, an unreadable file, keys not comparable with `touched`'s, a NaN (Spark orders
+    it above every number; Arrow's aggregates skip it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    found = deltalog.live_files(folder)
+    if found is None or not keys:
+        return None
+    columns = list(dict.fromkeys([*keys, *(column for column, _ in rules)]))
+    try:
+        parts = []
+        for path in found[1]:
+            rows = pq.read_table(path, columns=columns)
+            matched = matching(rows, keys, touched)
+            if matched is None:
+                return None
+            rows = rows.filter(matched)
+            parts.append(rows.select(columns).cast(pa.schema(
+                [touched.schema.field(c) if c in keys else rows.schema.field(c) for c in columns])))
+        if not parts:
+            return []
+        rows = pa.concat_tables(parts, promote_options="permissive")
+        if any(pa.types.is_floating(rows.schema.field(c).type) and pc.any(pc.is_nan(rows.column(c))).as_py()
+               for c, _ in rules):
+            return None
+        merged = rows.group_by(keys).aggregate([(column, rule) for column, rule in rules])
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return merged.select([*keys, *(f"{column}_{rule}" for column, rule in rules)]).rename_columns(
+        [*keys, *(column for column, _ in rules)]).to_pylist()
+
+
 def matching(rows: pa.Table, keys: list[str], touched: pa.Table) -> pa.ChunkedArray | pa.Array | None:
     """Which of `rows` have `keys` equal (NULL-safe) to a row of `touched` (a boolean per row); None when a key's
     type cannot be compared with the touched one's."""

@@ -155,15 +155,39 @@ class SparkStore:
             self.run(change.view, absorb.sql, added, change.pins).selectExpr("*", f"1 AS `{SIGN}`"))
         return both.limit(2 * limit + 1).toArrow().to_pylist()
 
-    def narrowed(self, change: Change, version: int) -> tuple[DataFrame, DataFrame | None] | None:
+    def extremes(self, view: DeployedResource, groups: Sequence[Mapping[str, object]],
+                 rules: Sequence[tuple[str, str]]) -> list[dict]:
+        """From a local view's files without a Spark job where `tables.held_extremes` can; else one Spark job."""
+        from pyspark.sql import functions as F
+
+        keys = list(view.state.keys)
+        wanted = _key_table(groups, keys)
+        found = tables.held_extremes(view.path or "", keys, wanted, rules) if wanted is not None else None
+        if found is not None:
+            return found
+        types = dict(view.state.columns)
+        rows = self.current(view)
+        if keys:
+            rows = self.semi(rows, keys, self.spark.createDataFrame(
+                [tuple(g[k] for k in keys) for g in groups], ", ".join(f"`{k}` {types[k]}" for k in keys)))
+        merged = [(F.max if rule == "max" else F.min)(F.col(f"`{column}`")).alias(column) for column, rule in rules]
+        return rows.groupBy(*[F.col(f"`{k}`") for k in keys]).agg(*merged).toArrow().to_pylist()
+
+    def narrowed(self, change: Change, version: int, groups: Sequence[Mapping[str, object]] | None = None,
+                 ) -> tuple[DataFrame, DataFrame | None] | None:
         """engine/recompute.py: the touched keys come to the driver (from the change feed's files by delta-rs and
-        DuckDB where `changed_keys` can, else by a Spark job); the source's files outside their range are not read.
-        The view's keys are read from its files (to tell whether most groups were touched) only where its
-        increments are committed directly (a local view)."""
+        DuckDB where `changed_keys` can, else by a Spark job; or as `groups`); the source's files outside their range
+        are not read. The view's keys are read from its files (to tell whether most groups were touched) only where
+        its increments are committed directly (a local view)."""
         view, source, plan = change.view, change.source, change.plan
         types = dict(view.state.columns)
         schema = ", ".join(f"`{k.name}` {types[k.name]}" for k in plan.group_keys)
-        keys = changed_keys(self.spark, change, recompute.NARROW_GROUPS + 1)
+        if groups is not None:
+            keys = _key_table(groups, [k.name for k in plan.group_keys])
+            if keys is None:
+                return None
+        else:
+            keys = changed_keys(self.spark, change, recompute.NARROW_GROUPS + 1)
         if keys is not None:
             def made_of(found: pa.Table) -> DataFrame:
                 if found.num_rows == 0:
@@ -250,6 +274,18 @@ class SparkStore:
         if self._readers:  # within a round: once
             with self._lock:
                 self._looked_up.add(state.name)
+
+
+def _key_table(groups: Sequence[Mapping[str, object]], keys: Sequence[str]) -> pa.Table | None:
+    """Groups' `keys` (values as the driver holds them) as an Arrow table; None where Arrow cannot type a column (all
+    of its values NULL, or of mixed kinds)."""
+    import pyarrow as pa
+
+    try:
+        table = pa.table({k: pa.array([g[k] for g in groups]) for k in keys}) if keys else None
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    return None if table is None or any(pa.types.is_null(t) for t in table.schema.types) else table
 
 
 def _same_kind(arrow: pa.DataType, spark_type: str) -> bool:

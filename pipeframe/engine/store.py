@@ -83,11 +83,18 @@ class TableStore(Protocol[F]):
         and over its added rows (SIGN 1), a row per group and side. Where a side has more groups than `limit`, not every
         row need be given, but more than `limit` of one side are."""
 
-    def narrowed(self, change: Change, version: int) -> tuple[F, F | None] | None:
+    def extremes(self, view: DeployedResource, groups: Sequence[Mapping[str, object]],
+                 rules: Sequence[tuple[str, str]]) -> list[dict]:
+        """On the driver, as dicts: for each of `groups` (the view's keys) the view holds, its keys and the merged
+        value of each state column of `rules` ((column, "max" | "min"): the largest, the smallest of its rows)."""
+
+    def narrowed(self, change: Change, version: int, groups: Sequence[Mapping[str, object]] | None = None,
+                 ) -> tuple[F, F | None] | None:
         """For recomputing the groups `change` touched (their keys computed from its changed rows by the plan's
-        `group_keys`): (the keys to replace, the source rows as of `version` whose states replace them; None for all
-        of them: every group is replaced, where `change.every_group_holds` and most groups were touched), or None
-        when this store cannot narrow the source (the caller aggregates all of it and keeps the touched groups)."""
+        `group_keys`), or `groups` (the view's keys of some of them) where given: (the keys to replace, the source
+        rows as of `version` whose states replace them; None for all of them: every group is replaced, where
+        `change.every_group_holds` and most groups were touched), or None when this store cannot narrow the source
+        (the caller aggregates all of it and keeps the touched groups)."""
 
     def partial_states(self, change: JoinChange) -> F | None:
         """The view's states for the joined table's changed rows, joined with the partial states of the view's source

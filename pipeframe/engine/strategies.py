@@ -7,7 +7,7 @@ commit, through a `TableStore`: Spark and Delta, or the in-memory store of the u
 | append | commits that only added rows | the states of the added rows, appended |
 | negate | deletes/updates; every state can be subtracted; no view reads this one | the added rows' states and the removed rows' negated states, appended |
 | fold | the same, but views read this view's rows | the touched groups' rows replaced by one merged row each (the downstream views see old rows go, new ones come) |
-| absorb | updates of a view whose every state depends only on its set of values (max, min, any, distinct counts) | where the added rows cover every removed value of each group they were removed from: the added rows' states, appended; else as recompute |
+| absorb | deletes/updates of a view whose every state depends only on its set of values (max, min, any, distinct counts; deletes: no distinct count) | the added rows' states, appended, where every removed value is covered (by an added one of its group, or strictly inside the group's current max or min); the groups where one is not, recomputed in the same commit (`absorb-recompute`) |
 | recompute | deletes/updates; some state cannot be subtracted (min, sketches, sets) | the touched groups computed again from the source as of the new version, replacing their rows |
 | rows | deletes/updates of a view without GROUP BY | one view row less per removed source row, the added rows' rows added |
 
@@ -101,25 +101,50 @@ class Fold(Strategy):
 
 class Absorb(Strategy):
     name = "absorb"
+    partly = "absorb-recompute"  # the path where some groups' removed values were not covered: those recomputed
 
     def applies(self, change: Change) -> bool:
-        """An update (rows removed and rows added) of a view whose states depend only on the sets of their values
-        (max, min, any, distinct counts: `MaintenancePlan.absorb`), when the change is small enough to compare."""
-        return change.rewrites and change.adds and not change.view.state.negate_sql and \
-            change.view.state.aggregated and change.plan.absorb is not None and change.rows <= ABSORB_ROWS
+        """A delete or update of a view whose states depend only on the sets of their values (max, min, any,
+        distinct counts: `MaintenancePlan.absorb`), when the change is small enough to compare and no row was both
+        added and removed by its commits (`Change.settled`: such a row's value would cover a removed one, and its
+        state be appended, though it is gone); a delete only where no state is a set (a set cannot tell whether
+        another row holds a removed value: nothing would be covered)."""
+        absorb = change.plan.absorb
+        return change.rewrites and not change.view.state.negate_sql and change.view.state.aggregated and \
+            absorb is not None and change.rows <= ABSORB_ROWS and change.settled and \
+            (change.adds or all(rule != "set" for _, rule in absorb.rules))
 
     def apply(self, store: TableStore, change: Change) -> str | None:
-        """The added rows' states appended, when in every group the change removed rows from, the added rows cover
-        every removed value (`covered`); else the touched groups recomputed (`Recompute`)."""
-        absorb, keys = change.plan.absorb, change.view.state.keys
+        """The groups whose removed values are covered (`uncovered`: by the added rows, or strictly inside the
+        view's current max or min) keep their states: the added rows' states are appended. Where some group's are
+        not, that group alone is recomputed from its source rows, in the same commit (a MERGE replacing those groups,
+        inserting the added states as well: merging a set-like state with the states of some of its own rows again
+        changes nothing); where the store cannot narrow the source to them, every touched group (`Recompute`)."""
+        absorb, view, keys = change.plan.absorb, change.view, change.view.state.keys
         assert absorb is not None
         found = store.witnesses(change, NARROW_GROUPS)
         removed = sum(1 for row in found if row[SIGN] < 0)
-        if removed > NARROW_GROUPS or len(found) - removed > NARROW_GROUPS or not covered(found, keys, absorb.rules):
+        if removed > NARROW_GROUPS or len(found) - removed > NARROW_GROUPS:
             return RECOMPUTE.apply(store, change)
+        missing = uncovered(found, keys, absorb.rules)
+        extremes = tuple((column, rule) for column, rule in absorb.rules if rule != "set")
+        if missing and extremes:
+            missing = uncovered(found, keys, absorb.rules, store.extremes(view, missing, extremes))
         added = store.change_rows(change.source, change.commits)[0]
-        return self.taken(store.append(change.view, states(store, change, added), metadata=change.record(self.name),
-                                       watermark=change.watermark))
+        if not missing:
+            return self.taken(store.append(view, states(store, change, added), metadata=change.record(self.name),
+                                           watermark=change.watermark))
+        version = int(change.watermark["source_version"])
+        narrowed = store.narrowed(change, version, missing) if change.plan.group_keys else None
+        if narrowed is None:
+            return RECOMPUTE.apply(store, change)
+        wanted, rows = narrowed
+        replacement = states(store, change, store.snapshot(change.source, version) if rows is None else rows)
+        if change.adds:
+            replacement = store.union(replacement, states(store, change, added))
+        written = store.replace_groups(view, keys, wanted, replacement, metadata=change.record(self.partly),
+                                       watermark=change.watermark, few=True)
+        return self.partly if written else None
 
 
 class Recompute(Strategy):
@@ -232,24 +257,36 @@ def states(store: TableStore, change: Change | JoinChange, rows: Any, pins: Mapp
     return store.run(change.view, change.plan.state_sql, rows, change.pins if pins is None else pins)
 
 
-def covered(witnesses: Sequence[Mapping[str, Any]], keys: Sequence[str], rules: Sequence[tuple[str, str]]) -> bool:
-    """Whether taking the removed rows out of a view whose states depend only on sets of values changes no state,
-    once the added rows' states are merged in: `witnesses` holds per group and side (`SIGN`: -1 the removed rows,
-    1 the added ones) each state's witness (`Absorb.sql`). Every group with removed rows must have added rows, and
-    there each removed max (min) be at most (at least) the added max (min), each removed set within the added set:
-    then the group still holds a value covering each removed one. A value this cannot compare exactly as Spark
-    orders it (a struct, a NaN) answers False: the groups are recomputed."""
+def uncovered(witnesses: Sequence[Mapping[str, Any]], keys: Sequence[str], rules: Sequence[tuple[str, str]],
+              held: Sequence[Mapping[str, Any]] = ()) -> list[dict]:
+    """The keys of the groups whose states taking the removed rows out may change, once the added rows' states are
+    merged in, for a view whose states depend only on sets of values: `witnesses` holds per group and side (`SIGN`:
+    -1 the removed rows, 1 the added ones) each state's witness (`Absorb.sql`); `held`, per group, the view's
+    current value of each max and min state (`TableStore.extremes`).
+
+    A removed max (min) is covered by an added max (min) at least (at most) as large, or by a current max (min)
+    strictly larger (smaller): the row holding that value was not removed. A removed set is covered by the added set
+    alone. A group that gained no row must also be shown to keep one (a current max or min that no removed row
+    held), or it may be gone. A value this cannot compare exactly as Spark orders it (a struct, a NaN) is not
+    covered: its group is recomputed."""
     added = {_key(row, keys): row for row in witnesses if row[SIGN] > 0}
+    now = {_key(row, keys): row for row in held}
+    missing = []
     for row in witnesses:
         if row[SIGN] > 0:
             continue
-        kept = added.get(_key(row, keys))
-        if kept is None or not all(_covers(rule, row[column], kept[column]) for column, rule in rules):
-            return False
-    return True
+        gained, current = added.get(_key(row, keys)), now.get(_key(row, keys))
+        within = {column: current is not None and rule != "set" and current[column] is not None and
+                  (row[column] is None or _covers(rule, row[column], current[column], strict=True))
+                  for column, rule in rules}
+        kept = gained is not None or any(within.values())
+        if not kept or not all(within[column] or _covers(rule, row[column], None if gained is None else gained[column])
+                               for column, rule in rules):
+            missing.append({k: row[k] for k in keys})
+    return missing
 
 
-def _covers(rule: str, gone: Any, kept: Any) -> bool:
+def _covers(rule: str, gone: Any, kept: Any, strict: bool = False) -> bool:
     if rule == "set":
         return {_exact(v) for v in gone or ()} <= {_exact(v) for v in kept or ()}
     if gone is None:
@@ -257,6 +294,8 @@ def _covers(rule: str, gone: Any, kept: Any) -> bool:
     if kept is None or type(gone) is not type(kept) or not isinstance(gone, ORDERED) or \
             isinstance(gone, float) and (math.isnan(gone) or math.isnan(kept)):
         return False
+    if strict:
+        return gone < kept if rule == "max" else gone > kept
     return gone <= kept if rule == "max" else gone >= kept
 
 

@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -408,6 +408,14 @@ def held_keys(path: str, keys: tuple[str, ...]) -> pa.Table | None:
     elsewhere, or when its log cannot list them exactly)."""
     folder = local_folder(path)
     return deltaappend.key_rows(folder, list(keys)) if folder is not None else None
+
+
+def held_extremes(path: str, keys: Sequence[str], wanted: pa.Table, rules: Sequence[tuple[str, str]]) -> list[dict] | None:
+    """For the groups of the local view at `path` whose `keys` equal a row of `wanted`: their keys (as `wanted`
+    types them) and each `rules` column's largest ("max") or smallest ("min") value, read from its files without a
+    Spark job (`deltaappend.group_extremes`); None elsewhere, or where that cannot answer as Spark would."""
+    folder = local_folder(path)
+    return deltaappend.group_extremes(folder, list(keys), wanted, list(rules)) if folder is not None else None
 
 
 def _rows(record: ViewRecord | None, unknown: int) -> int:

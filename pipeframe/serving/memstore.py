@@ -161,8 +161,29 @@ class MemoryStore:
         return [{**row, SIGN: sign} for sign, rows in ((-1, removed), (1, added))
                 for row in self.fetch(self.run(change.view, absorb.sql, rows, change.pins))]
 
-    def narrowed(self, change: Change, version: int) -> tuple[Frame, Frame | None] | None:
-        return None  # the whole source is small: aggregated, and the touched groups kept
+    def extremes(self, view: DeployedResource, groups: Sequence[Mapping[str, Any]],
+                 rules: Sequence[tuple[str, str]]) -> list[dict]:
+        keys, types = view.state.keys, dict(view.state.columns)
+        rows = self.semi(self.current(view), keys, self._frame([(k, types[k]) for k in keys], groups))
+        names = [f'"{k}"' for k in keys]
+        merged = [f'{rule}("{column}") AS "{column}"' for column, rule in rules]
+        grouped = f" GROUP BY {', '.join(names)}" if keys else ""
+        return self.fetch(self._query(f"SELECT {', '.join([*names, *merged])} FROM {rows.name}{grouped}"))
+
+    def narrowed(self, change: Change, version: int, groups: Sequence[Mapping[str, Any]] | None = None,
+                 ) -> tuple[Frame, Frame | None] | None:
+        """`groups`' source rows (each row's group computed by the plan's `group_keys`); without `groups`, None: the
+        whole source is small, aggregated, and the touched groups kept."""
+        group_keys = change.plan.group_keys
+        if groups is None or not group_keys:
+            return None
+        types = dict(change.view.state.columns)
+        wanted = self._frame([(k.name, types[k.name]) for k in group_keys], groups)
+        probe = self.select(self.snapshot(change.source, version),
+                            ["*", *(f"{k.sql} AS `__pf_key{i}`" for i, k in enumerate(group_keys))])
+        kept = self.semi(probe, [f"__pf_key{i}" for i in range(len(group_keys))],
+                         self.select(wanted, [f"`{k.name}` AS `__pf_key{i}`" for i, k in enumerate(group_keys)]))
+        return wanted, self.select(kept, [f"`{name}`" for name, _ in change.source.state.columns])
 
     def partial_states(self, change: JoinChange) -> Frame | None:
         return None  # none kept: the view joins its source's rows
