@@ -151,6 +151,8 @@ class SparkStore:
         absorb = change.plan.absorb
         assert absorb is not None
         added, removed = self.change_rows(change.source, change.commits)
+        if not change.settled:
+            added, removed = added.exceptAll(removed), removed.exceptAll(added)
         both = self.run(change.view, absorb.sql, removed, change.pins).selectExpr("*", f"-1 AS `{SIGN}`").unionByName(
             self.run(change.view, absorb.sql, added, change.pins).selectExpr("*", f"1 AS `{SIGN}`"))
         return both.limit(2 * limit + 1).toArrow().to_pylist()
@@ -313,17 +315,21 @@ def changed_keys(spark: SparkSession, change: Change, limit: int) -> pa.Table | 
 
 def changed_witnesses(spark: SparkSession, change: Change, limit: int) -> list[dict] | None:
     """`TableStore.witnesses` without a Spark job: the plan's `Absorb.duckdb` run by DuckDB over the removed and over
-    the added rows of the change feed (`_over_feed`), each side's rows marked with SIGN; None where that cannot
-    answer as Spark would, or the plan has no such query."""
+    the added rows of the change feed (`_over_feed`; each netted of the other where a row may be on both), each
+    side's rows marked with SIGN; None where that cannot answer as Spark would, or the plan has no such query."""
     sql = change.plan.absorb.duckdb if change.plan.absorb is not None else None
     if sql is None:
         return None
 
+    columns = ", ".join(f'"{name}"' for name, _ in change.source.state.columns)
+    sides = {sign: f"SELECT {columns} FROM __pf_changes WHERE _change_type IN {kinds}"
+             for sign, kinds in ((-1, tables.REMOVED_CHANGES), (1, "('insert', 'update_postimage')"))}
+
     def both(db) -> list[dict]:
         found: list[dict] = []
-        for sign, kinds in ((-1, tables.REMOVED_CHANGES), (1, "('insert', 'update_postimage')")):
-            db.execute(f"CREATE OR REPLACE TEMP VIEW {CHANGED} AS SELECT * FROM __pf_changes "
-                       f"WHERE _change_type IN {kinds}")
+        for sign in (-1, 1):
+            rows = sides[sign] if change.settled else f"{sides[sign]} EXCEPT ALL {sides[-sign]}"
+            db.execute(f"CREATE OR REPLACE TEMP VIEW {CHANGED} AS {rows}")
             found += [{**row, SIGN: sign} for row in db.sql(f"{sql} LIMIT {int(limit) + 1}").to_arrow_table()
                       .to_pylist()]
         return found

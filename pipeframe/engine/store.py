@@ -80,8 +80,9 @@ class TableStore(Protocol[F]):
 
     def witnesses(self, change: Change, limit: int) -> list[dict]:
         """On the driver, as dicts: the plan's `Absorb.sql` over the removed rows of `change` (each row with SIGN -1)
-        and over its added rows (SIGN 1), a row per group and side. Where a side has more groups than `limit`, not every
-        row need be given, but more than `limit` of one side are."""
+        and over its added rows (SIGN 1), a row per group and side, each side netted of the other's rows (multisets)
+        where a row may be on both (`Change.settled`). Where a side has more groups than `limit`, not every row need
+        be given, but more than `limit` of one side are."""
 
     def extremes(self, view: DeployedResource, groups: Sequence[Mapping[str, object]],
                  rules: Sequence[tuple[str, str]]) -> list[dict]:

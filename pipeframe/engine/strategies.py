@@ -105,13 +105,13 @@ class Absorb(Strategy):
 
     def applies(self, change: Change) -> bool:
         """A delete or update of a view whose states depend only on the sets of their values (max, min, any,
-        distinct counts: `MaintenancePlan.absorb`), when the change is small enough to compare and no row was both
-        added and removed by its commits (`Change.settled`: such a row's value would cover a removed one, and its
-        state be appended, though it is gone); a delete only where no state is a set (a set cannot tell whether
-        another row holds a removed value: nothing would be covered)."""
+        distinct counts: `MaintenancePlan.absorb`), when the change is small enough to compare and its rows can be
+        netted where they must be (`apply`: Spark's set operations refuse a map column); a delete only where no state
+        is a set (a set cannot tell whether another row holds a removed value: nothing would be covered)."""
         absorb = change.plan.absorb
+        nettable = change.settled or not any("MAP<" in type_.upper() for _, type_ in change.source.state.columns)
         return change.rewrites and not change.view.state.negate_sql and change.view.state.aggregated and \
-            absorb is not None and change.rows <= ABSORB_ROWS and change.settled and \
+            absorb is not None and change.rows <= ABSORB_ROWS and nettable and \
             (change.adds or all(rule != "set" for _, rule in absorb.rules))
 
     def apply(self, store: TableStore, change: Change) -> str | None:
@@ -119,7 +119,11 @@ class Absorb(Strategy):
         view's current max or min) keep their states: the added rows' states are appended. Where some group's are
         not, that group alone is recomputed from its source rows, in the same commit (a MERGE replacing those groups,
         inserting the added states as well: merging a set-like state with the states of some of its own rows again
-        changes nothing); where the store cannot narrow the source to them, every touched group (`Recompute`)."""
+        changes nothing); where the store cannot narrow the source to them, every touched group (`Recompute`).
+
+        Where a row may be among both the added and the removed rows of the commits (`Change.settled`: the change
+        feed does not net them out), both sides are netted first (as multisets, in the store and for the witnesses):
+        such a row's value would cover itself, and its state be appended, though it is gone."""
         absorb, view, keys = change.plan.absorb, change.view, change.view.state.keys
         assert absorb is not None
         found = store.witnesses(change, NARROW_GROUPS)
@@ -130,7 +134,9 @@ class Absorb(Strategy):
         extremes = tuple((column, rule) for column, rule in absorb.rules if rule != "set")
         if missing and extremes:
             missing = uncovered(found, keys, absorb.rules, store.extremes(view, missing, extremes))
-        added = store.change_rows(change.source, change.commits)[0]
+        added, removed_rows = store.change_rows(change.source, change.commits)
+        if not change.settled:
+            added = store.except_all(added, removed_rows)
         if not missing:
             return self.taken(store.append(view, states(store, change, added), metadata=change.record(self.name),
                                            watermark=change.watermark))

@@ -158,6 +158,8 @@ class MemoryStore:
         absorb = change.plan.absorb
         assert absorb is not None
         added, removed = self.change_rows(change.source, change.commits)
+        if not change.settled:
+            added, removed = self.except_all(added, removed), self.except_all(removed, added)
         return [{**row, SIGN: sign} for sign, rows in ((-1, removed), (1, added))
                 for row in self.fetch(self.run(change.view, absorb.sql, rows, change.pins))]
 

@@ -5,8 +5,9 @@ full recomputation over the source, counting nothing twice.
 
 The project: `events` → `hourly` (count, sum; read by `daily`: takes the `fold` path) → `daily` (sum of hourly
 counts: `recompute`, from hourly's rows), and over `events` directly `users` (count, sum: `negate`) and `peaks`
-(max, min, uniqExact: `recompute`). A worker process (tests/spark/retraction_worker.py, its own JVM) appends,
-updates and deletes source rows and runs the retraction refresh; this process kills it, refreshes and checks.
+(max, min, uniqExact: `absorb-recompute`, the users that lost rows and gained none recomputed). A worker process
+(tests/spark/retraction_worker.py, its own JVM) appends, updates and deletes source rows and runs the retraction
+refresh; this process kills it, refreshes and checks.
 A second project (`orders` joined with `customers`) kills a refresh once it has kept the partial states of `orders`
 for a change to `customers` (engine/partials.py), before the view's commit.
 """
@@ -71,7 +72,7 @@ VIEWS = {
               "SELECT user_id, max(amount), min(ts), count(DISTINCT amount) FROM {events} GROUP BY 1 ORDER BY 1"),
 }
 # How each view follows rows deleted or updated in place.
-RETRACTION_PATHS = {"hourly": "fold", "daily": "recompute", "users": "negate", "peaks": "recompute"}
+RETRACTION_PATHS = {"hourly": "fold", "daily": "recompute", "users": "negate", "peaks": "absorb-recompute"}
 
 
 @pytest.fixture
