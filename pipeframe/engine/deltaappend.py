@@ -359,7 +359,7 @@ def group_extremes(folder: str, keys: list[str], touched: pa.Table, rules: list[
             if matched is None:
                 return None
             rows = rows.filter(matched)
-            parts.append(rows.select(columns).cast(pa.schema(
+            parts.append(rows.cast(pa.schema(
                 [touched.schema.field(c) if c in keys else rows.schema.field(c) for c in columns])))
         if not parts:
             return []

@@ -134,11 +134,13 @@ class Absorb(Strategy):
         extremes = tuple((column, rule) for column, rule in absorb.rules if rule != "set")
         if missing and extremes:
             missing = uncovered(found, keys, absorb.rules, store.extremes(view, missing, extremes))
-        added, removed_rows = store.change_rows(change.source, change.commits)
-        if not change.settled:
-            added = store.except_all(added, removed_rows)
+        if change.adds:
+            added, gone = store.change_rows(change.source, change.commits)
+            gained = states(store, change, added if change.settled else store.except_all(added, gone))
+        else:  # a delete: no state to add (a query over no rows would still cost the store a job)
+            gained = store.none(view)
         if not missing:
-            return self.taken(store.append(view, states(store, change, added), metadata=change.record(self.name),
+            return self.taken(store.append(view, gained, metadata=change.record(self.name),
                                            watermark=change.watermark))
         version = int(change.watermark["source_version"])
         narrowed = store.narrowed(change, version, missing) if change.plan.group_keys else None
@@ -147,7 +149,7 @@ class Absorb(Strategy):
         wanted, rows = narrowed
         replacement = states(store, change, store.snapshot(change.source, version) if rows is None else rows)
         if change.adds:
-            replacement = store.union(replacement, states(store, change, added))
+            replacement = store.union(replacement, gained)
         written = store.replace_groups(view, keys, wanted, replacement, metadata=change.record(self.partly),
                                        watermark=change.watermark, few=True)
         return self.partly if written else None
