@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # the compiler and the engine are imported lazily so `import 
     from pipeframe.runtime import Runtime
     from pipeframe.serving.reader import Reader
 
+INGEST_WINDOW = 100  # a landing datasource's newest commits `status` reads to say how its group commits were made
+
 
 @dataclass(frozen=True)
 class CheckReport:
@@ -642,7 +644,8 @@ class Project:
         if found is None:
             materializer = self.materializer()
             found = Lifecycle(materializer).status(view), materializer.deployed, self.spark
-        return self._with_kafka_lag(*found)
+        statuses, deployed, spark = found
+        return self._with_ingest_paths(self._with_kafka_lag(statuses, deployed, spark), deployed, spark)
 
     def _status_without_spark(self, view: str | None) -> tuple[list[ViewStatus], DeployedSnapshot, None] | None:
         """`status` from the logs and the read path; None where only Spark can say it (engine "auto")."""
@@ -680,13 +683,11 @@ class Project:
         kafka = kafka_datasources(self.compiled.resources, deployed)
         if not kafka:
             return statuses
-        upstream = {v.state.name: v.state.source for v in deployed.views()}
         runtime = self.__dict__.get("runtime")  # built only by a process that ingests (`serve`, `run`, `dev`)
         lags: dict[str, dict] = {}
 
-        def lag(name: str | None) -> dict | None:
-            while name in upstream:
-                name = upstream[name]
+        def lag(view_source: str | None) -> dict | None:
+            name = _landing(deployed, view_source)
             if name not in kafka:
                 return None
             if name not in lags:
@@ -705,6 +706,35 @@ class Project:
             return lags[name]
 
         return [replace(s, kafka=lag(s.source)) for s in statuses]
+
+    @staticmethod
+    def _with_ingest_paths(statuses: list[ViewStatus], deployed: DeployedSnapshot,
+                           spark: SparkSession | None) -> list[ViewStatus]:
+        """Each view over a landing datasource (directly or through other views) with how that datasource's newest
+        INGEST_WINDOW commits' group commits were made (engine/ingest.py `ingest_paths`), read from its log; None
+        where the log is on object storage and this process has no Spark session, or where it cannot be read (the
+        view's status says why)."""
+        from dataclasses import replace
+
+        from pipeframe.engine import tables
+        from pipeframe.engine.ingest import ingest_paths
+
+        found: dict[str, dict | None] = {}
+
+        def paths(view_source: str | None) -> dict | None:
+            name = _landing(deployed, view_source)
+            table = deployed.table(name or "")
+            if name is None or table is None or not table.path:
+                return None
+            if name not in found:
+                try:
+                    commits = tables.history(spark, table.path, INGEST_WINDOW)
+                    found[name] = {"datasource": name, **ingest_paths(commits)}
+                except Exception:  # noqa: BLE001 — NeedsSpark, or a log the view's own status says it cannot read
+                    found[name] = None
+            return found[name]
+
+        return [replace(s, ingest=paths(s.source)) for s in statuses]
 
     def pause(self, view: str, permanent: bool = False) -> None:
         from pipeframe.engine.lifecycle import Lifecycle
@@ -862,3 +892,11 @@ def git_commit(root: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _landing(deployed: DeployedSnapshot, name: str | None) -> str | None:
+    """The datasource a view's source is, or reads through other views (their first sources)."""
+    upstream = {v.state.name: v.state.source for v in deployed.views()}
+    while name in upstream:
+        name = upstream[name]
+    return name

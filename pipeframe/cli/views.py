@@ -226,6 +226,14 @@ def _print_status(statuses) -> None:
         for name, t in topics.items():
             if t["error"]:
                 console.print(f"{name}: [bold]{t['error']}[/bold]")
+    landing = {s.ingest["datasource"]: s.ingest for s in statuses if s.ingest and s.ingest["group_commits"]}
+    if landing:
+        paths = Table("landing datasource", "group commits", "typed without Spark", "committed by pyarrow")
+        for name, i in landing.items():
+            paths.add_row(name, f"{i['group_commits']:,} of its last {i['commits_read']:,} commits",
+                          _share(i["typed_without_spark"], i["group_commits"]),
+                          _share(i["committed_by_pyarrow"], i["group_commits"]))
+        console.print(paths)
     for s in statuses:
         if s.reason:
             console.print(f"{s.name}: [bold]{s.status}[/bold]: {s.reason}")
@@ -236,6 +244,10 @@ def _print_status(statuses) -> None:
             console.print(f"{s.name}: {b.mode} {state}: {b.processed_rows:,}/{b.total_rows:,} rows "
                           f"({b.percent:.0f}%), chunk {b.done_chunks}/{b.chunks}, {b.rate:,.0f} rows/s{eta}, "
                           f"cursor {b.cursor or 'done'}")
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part:,} ({100 * part / whole:.0f}%)"
 
 
 def _offset(n: int | None) -> str:

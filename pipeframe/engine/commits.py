@@ -38,6 +38,7 @@ class Commit:
     parameters: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
     metadata: records.CommitRecord | None = None  # the `pipeframe` record of the commit's userMetadata
+    engine: str = ""  # the writer's engineInfo: Spark's Delta writer, or pyarrow's append (`deltaappend.ENGINE`)
 
     @property
     def neutral(self) -> bool:

@@ -187,7 +187,8 @@ def history(folder: str, limit: int | None = None) -> list[Commit] | None:
                                   _string_map(info.get("operationParameters")),
                                   _string_map(info.get("operationMetrics")),
                                   records.decode(_text(info.get("userMetadata")),
-                                                 f"Commit {version} of the table at {folder}")))
+                                                 f"Commit {version} of the table at {folder}"),
+                                  _text(info.get("engineInfo")) or ""))
     except (OSError, Unanswerable):
         return None
     commits.reverse()

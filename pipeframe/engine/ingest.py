@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from pipeframe.engine.commits import Commit
+
 FORMATS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".json": "ndjson", ".csv": "csv", ".parquet": "parquet"}
 QUARANTINE_SCHEMA = "raw STRING, reason STRING, source STRING, ingested_at TIMESTAMP"
 RAW, REASON, UTF8, VALUE = "__pf_raw", "__pf_reason", "__pf_utf8", "__pf_value"
@@ -662,6 +664,17 @@ def committed_keys(spark: SparkSession | None, path: str, limit: int | None = KE
             if key not in found:
                 found[key] = IngestResult("", accepted, quarantined, commit.version, replayed=True)
     return found
+
+
+def ingest_paths(commits: Iterable[Commit]) -> dict[str, int]:
+    """How the group commits among `commits` (a landing datasource's newest: `status`) were made: how many, how
+    many had their lines typed without Spark (`jsonlines`: the record's `parse`) and how many were written by pyarrow
+    and a commit file (`deltaappend`: the commit's engineInfo) instead of Spark's Delta writer."""
+    read = list(commits)
+    groups = [c for c in read if isinstance(c.metadata, records.GroupCommit)]
+    return {"commits_read": len(read), "group_commits": len(groups),
+            "typed_without_spark": sum(c.metadata.parse == "arrow" for c in groups),
+            "committed_by_pyarrow": sum(c.engine == deltaappend.ENGINE for c in groups)}
 
 
 def _quarantine_record(keys: list[str | None], parts: list[int]) -> str | None:

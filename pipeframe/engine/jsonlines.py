@@ -626,6 +626,7 @@ def type_lines(lines: list[str], datasource: Datasource, time_zone: str) -> Type
 # integers as int64, floats and decimals as doubles, then checked and converted column by column (`_arrow_column`).
 _ARROW_READS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "TIMESTAMP", "DATE")
 _ARROW_ELEMENTS = ("STRING", "BOOLEAN", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE")  # of arrays, of maps' values
+JSON_SPACE = " \t\r\n"  # the whitespace JSON allows around a value
 _ERROR_ROW = re.compile(r" in row ([0-9]+)$")  # where pyarrow's reader says which line it could not read
 READ_LINES = 1000  # lines pyarrow's reader reads at once (`_segments`)
 # `_decimal` reads a double on a decimal's grid below 10**(_DOUBLE_DIGITS - scale) as its shortest spelling.
@@ -706,8 +707,10 @@ def _arrow_read(texts: list[str], readers: list[_Reader],
         encoded = [text.encode("utf-8") for text in texts]
     except UnicodeEncodeError:
         return None  # a lone surrogate: `_line` tells
-    # A byte order mark (Spark's reader keeps the line without it), a line nested deeper than Jackson reads.
-    unread = np.array([text.startswith("\ufeff") or len(text) > MAX_NESTING and
+    # A line that is no object (pyarrow 26's reader crashes the process on a block whose first value is `null`;
+    # `_line` reads them all), a byte order mark (Spark's reader keeps the line without it), a line nested deeper
+    # than Jackson reads.
+    unread = np.array([not text.lstrip(JSON_SPACE).startswith("{") or len(text) > MAX_NESTING and
                        text.count("{") + text.count("[") > MAX_NESTING for text in texts], bool)
     maps = [at for at, r in enumerate(readers) if r.column.type.upper().startswith("MAP<")]
     # Map columns are read from orjson's parse of each line, which also leaves out the lines that are no JSON

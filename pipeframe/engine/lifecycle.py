@@ -50,6 +50,7 @@ class ViewStatus:
     rows_per_second: float = 0.0  # source rows applied per second over the last minute
     last_path: str | None = None  # how the last refresh applied its rows: append, negate, fold, recompute, rows, join(-negate)
     kafka: dict | None = None  # over a Kafka datasource: its topic's lag per partition (connectors/kafka.topic_lag)
+    ingest: dict | None = None  # over a landing datasource: how its newest group commits were made (ingest_paths)
 
     @property
     def lag_ms(self) -> float | None:
@@ -66,7 +67,8 @@ class ViewStatus:
                 "last_refresh": self.last_refresh.isoformat() if self.last_refresh else None,
                 "last_path": self.last_path,
                 "permanent": self.permanent,
-                "backfill": self.backfill.to_json() if self.backfill else None, "kafka": self.kafka}
+                "backfill": self.backfill.to_json() if self.backfill else None, "kafka": self.kafka,
+                "ingest": self.ingest}
 
 
 def effective_status(record: ViewRecord) -> str:

@@ -77,10 +77,12 @@ def history(spark: SparkSession | None, path: str, limit: int | None = None) -> 
     IO["history"] += 1
     commits = []
     for row in spark.sql(sql).selectExpr("version", "timestamp", "unix_micros(timestamp) AS micros", "operation",
-                                         "operationParameters", "operationMetrics", "userMetadata").collect():
+                                         "operationParameters", "operationMetrics", "userMetadata",
+                                         "engineInfo").collect():
         commits.append(Commit(int(row["version"]), row["timestamp"], row["micros"] / 1e6, row["operation"] or "",
                               dict(row["operationParameters"] or {}), dict(row["operationMetrics"] or {}),
-                              records.decode(row["userMetadata"], f"Commit {row['version']} of the table at {path}")))
+                              records.decode(row["userMetadata"], f"Commit {row['version']} of the table at {path}"),
+                              row["engineInfo"] or ""))
     return commits
 
 

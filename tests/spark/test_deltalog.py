@@ -41,7 +41,7 @@ def assert_same_history(monkeypatch, spark, path: str, limits=(None, 1, 2, 3, 5,
         assert deltalog.history(path, limit) == actual
         assert len(actual) == len(expected), limit
         for mine, theirs in zip(actual, expected, strict=True):
-            for name in ("version", "timestamp", "epoch", "operation", "parameters", "metrics", "metadata"):
+            for name in ("version", "timestamp", "epoch", "operation", "parameters", "metrics", "metadata", "engine"):
                 assert getattr(mine, name) == getattr(theirs, name), (limit, mine.version, name)
         assert actual == expected
 
@@ -91,6 +91,7 @@ def test_history_equals_describe_history(spark, table, monkeypatch):
     assert [c.version for c in tables.commits_between(spark, table, 3, 6)] == [4, 5, 6]
     assert tables.latest_commit(spark, table) == commits[0]
     assert deltalog.latest_version(table) == local_version(table) == commits[0].version == 10
+    assert {c.engine.split()[0].split("/")[0] for c in commits} == {"Apache-Spark"}  # who wrote each: Spark's writer
 
 
 def test_history_in_other_time_zones(spark, table, monkeypatch):

@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
-from pipeframe.project import Project
+from pipeframe.cli import main
+from pipeframe.project import INGEST_WINDOW, Project
 from pipeframe.server import RunningServer, Service, start_server
 from tests.spark.conftest import deployed
 
@@ -99,11 +101,32 @@ def test_concurrent_requests_share_commits_and_each_lands_whole(server: RunningS
     # Every group was typed without Spark and committed by pyarrow; a line that gives a key twice takes Spark's
     # parse (its commit still pyarrow's): each way is counted.
     assert figures["arrow_parsed_commits"] == figures["arrow_committed_commits"] == figures["commits"]
+    # `pipeframe status` reads the same from the table's log (each commit's record and engineInfo), with no server.
+    shown = status_json(project)["ingest"]
+    assert shown["datasource"] == "events" and shown["commits_read"] < INGEST_WINDOW  # the whole log was read
+    assert shown["typed_without_spark"] == shown["committed_by_pyarrow"] == shown["group_commits"] >= len(versions)
     twice = post(server.url, ['{"ts": "2024-06-01 10:00:00", "user": "g-twice", "user": "g-again", "amount": 1}'])
     assert twice.status_code == 202 and twice.json()["successful_rows"] == 1
     after = httpx.get(f"{server.url}/v0/ingest").json()["datasources"]["events"]
     assert (after["commits"], after["arrow_parsed_commits"], after["arrow_committed_commits"]) == \
         (figures["commits"] + 1, figures["arrow_parsed_commits"], figures["arrow_committed_commits"] + 1)
+    later = status_json(project)["ingest"]
+    assert (later["group_commits"], later["typed_without_spark"], later["committed_by_pyarrow"]) == \
+        (shown["group_commits"] + 1, shown["typed_without_spark"], shown["committed_by_pyarrow"] + 1)
+    table = CliRunner().invoke(main, ["status", "by_user", "-p", str(project.root)])
+    assert table.exit_code == 0, table.output
+    group = later["group_commits"]
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in table.output.splitlines()]
+    assert ["events", f"{group:,} of its last {later['commits_read']:,} commits",
+            f"{group - 1:,} ({100 * (group - 1) / group:.0f}%)", f"{group:,} (100%)"] in cells, table.output
+
+
+def status_json(project: Project) -> dict:
+    """`pipeframe status by_user --json` in this process (the CLI's own Project: logs read without Spark)."""
+    answer = CliRunner().invoke(main, ["status", "by_user", "--json", "-p", str(project.root)])
+    assert answer.exit_code == 0, answer.output
+    [view] = json.loads(answer.output)
+    return view
 
 
 def test_wait_answers_once_every_view_applied_the_rows_and_without_wait_they_follow(server, project):

@@ -3,10 +3,16 @@ the committer waits, one per wait, so a test tells exactly how many it waited fo
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from pipeframe.config import IngestSettings
+from pipeframe.engine.commits import Commit
+from pipeframe.engine.deltaappend import ENGINE
 from pipeframe.engine.groupcommit import GroupCommitter, _Queue, _Request
+from pipeframe.engine.ingest import ingest_paths
+from pipeframe.plan.records import GroupCommit, Ingest
 
 MINUTE_MS = 60_000  # a flush_ms no group here reaches: every cut below is made by another rule
 
@@ -62,3 +68,17 @@ def test_without_a_last_commit_or_short_of_it_the_group_waits_for_its_other_rule
     assert gather(last_group=5, waiting=1, coming=2, flush_rows=3) == (3, 2, 0)
     with pytest.raises(AssertionError, match="not coming"):
         gather(last_group=4, waiting=1, coming=2)  # two of four are not back: it waits (here, for flush_ms)
+
+
+def test_status_counts_each_way_a_group_commit_was_made():
+    """`ingest_paths` (what `pipeframe status` shows per landing datasource) counts only group commits: typed
+    without Spark by their record's `parse`, committed by pyarrow by the commit's engineInfo."""
+    spark_writer = "Apache-Spark/3.5.3 Delta-Lake/3.2.1"
+    made = [("arrow", ENGINE), ("spark", ENGINE), ("arrow", spark_writer), ("stream", spark_writer)]
+    commits = [Commit(v, datetime(2024, 6, 1, tzinfo=UTC), 0.0, "WRITE", metadata=GroupCommit(requests=2, parse=parse),
+                      engine=engine) for v, (parse, engine) in enumerate(made)]
+    commits.append(Commit(9, datetime(2024, 6, 1, tzinfo=UTC), 0.0, "WRITE", metadata=Ingest(), engine=ENGINE))
+    assert ingest_paths(commits) == {"commits_read": 5, "group_commits": 4, "typed_without_spark": 2,
+                                     "committed_by_pyarrow": 2}
+    assert ingest_paths([]) == {"commits_read": 0, "group_commits": 0, "typed_without_spark": 0,
+                                "committed_by_pyarrow": 0}
