@@ -129,6 +129,15 @@ def status_json(project: Project) -> dict:
     return view
 
 
+def test_a_body_starting_with_null_lands_its_objects_and_the_server_goes_on(server, project):
+    """pyarrow 26's JSON reader crashes the process on a block whose first value is `null` (engine/jsonlines.py
+    keeps such lines from it): the objects land, the other lines are quarantined, the next request is answered."""
+    answer = post(server.url, ["null", *rows("n1", 2), " null", "7"])
+    assert answer.status_code == 202, answer.text
+    assert (answer.json()["successful_rows"], answer.json()["quarantined_rows"]) == (2, 3)
+    assert post(server.url, rows("n1", 1)).status_code == 202 and source_rows(project, "n1") == 3
+
+
 def test_wait_answers_once_every_view_applied_the_rows_and_without_wait_they_follow(server, project):
     waited = post(server.url, rows("w1", 3, 2.0), wait=True)
     assert waited.status_code == 200, waited.text
