@@ -685,9 +685,10 @@ class Project:
             return statuses
         runtime = self.__dict__.get("runtime")  # built only by a process that ingests (`serve`, `run`, `dev`)
         lags: dict[str, dict] = {}
+        landing = _landing(deployed)
 
         def lag(view_source: str | None) -> dict | None:
-            name = _landing(deployed, view_source)
+            name = landing(view_source)
             if name not in kafka:
                 return None
             if name not in lags:
@@ -720,9 +721,10 @@ class Project:
         from pipeframe.engine.ingest import ingest_paths
 
         found: dict[str, dict | None] = {}
+        landing = _landing(deployed)
 
         def paths(view_source: str | None) -> dict | None:
-            name = _landing(deployed, view_source)
+            name = landing(view_source)
             table = deployed.table(name or "")
             if name is None or table is None or not table.path:
                 return None
@@ -894,9 +896,12 @@ def git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _landing(deployed: DeployedSnapshot, name: str | None) -> str | None:
-    """The datasource a view's source is, or reads through other views (their first sources)."""
+def _landing(deployed: DeployedSnapshot) -> Callable[[str | None], str | None]:
+    """For a view's source: the datasource it is, or reads through other views (their first sources)."""
     upstream = {v.state.name: v.state.source for v in deployed.views()}
-    while name in upstream:
-        name = upstream[name]
-    return name
+
+    def landing(name: str | None) -> str | None:
+        while name in upstream:
+            name = upstream[name]
+        return name
+    return landing
