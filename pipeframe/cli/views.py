@@ -174,7 +174,8 @@ def optimize(name: str | None, project_dir: str, env: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for tools and CI).")
 @ENGINE_OPTION
 def status(view: str | None, project_dir: str, env: str | None, as_json: bool, engine: str) -> None:
-    """Show each materialized view's status, size, lag behind its source and backfill progress.
+    """Show each materialized view's status, size, lag behind its source and backfill progress, and how its
+    landing datasource's newest group commits were made (typed without Spark, committed by pyarrow).
 
     Statuses: active, backfilling, rebuilding, paused, stale (its source changed in place; refresh --full),
     error (see the reason; `pipeframe recover`). Read from the tables' logs without starting Spark where they can
