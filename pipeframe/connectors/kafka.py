@@ -239,6 +239,7 @@ class KafkaSource:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watermarks_due = False  # partitions just assigned: their high watermarks are read at once
         self.error: str | None = None  # the last error the broker or a commit reported (status shows it)
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -280,7 +281,8 @@ class KafkaSource:
         seen = 0.0
         try:
             while not self._stop.is_set():
-                if time.monotonic() - seen > SYNC_S:  # the broker's high watermarks, for the lag
+                if self._watermarks_due or time.monotonic() - seen > SYNC_S:  # the broker's high watermarks
+                    self._watermarks_due = False  # (for the lag), read again each SYNC_S
                     self._watermarks(consumer)
                     seen = time.monotonic()
                 for message in consumer.consume(num_messages=MAX_BATCH, timeout=POLL_S):
@@ -391,6 +393,7 @@ class KafkaSource:
             with self._lock:
                 self.partitions[tp.partition] = _Partition(committed=known, next=known)
         consumer.assign(assigned)
+        self._watermarks_due = True
 
     def _revoked(self, consumer: Any, revoked: list) -> None:
         self._drain(consumer, [tp.partition for tp in revoked])
