@@ -124,9 +124,11 @@ def test_files_added_while_serving_land_once_a_bad_file_is_quarantined_and_resta
         want = {"a.csv": ("ingested", 3), "b.ndjson.gz": ("ingested", 2), "c.parquet": ("ingested", 2),
                 "bad.csv.gz": ("failed", 0), "broken.parquet": ("failed", 0)}
         assert until(lambda: ledger(project), want) == want
+        counts = {"uri": "s3://landing/orders/", "files_ingested": 3, "files_failed": 2, "rows": 7, "last_error": None}
+        # counted just after each file's ledger row
+        assert until(lambda: {k: v for k, v in httpx.get(f"{running.url}/v0/ingest", timeout=30).json()["s3"]
+                              ["orders"].items() if k != "last_poll"}, counts) == counts
         shown = httpx.get(f"{running.url}/v0/ingest", timeout=30).json()["s3"]
-        assert {k: v for k, v in shown["orders"].items() if k != "last_poll"} == {
-            "uri": "s3://landing/orders/", "files_ingested": 3, "files_failed": 2, "rows": 7, "last_error": None}
         assert shown["orders"]["last_poll"] and "returns" not in shown
     finally:
         running.stop()
