@@ -296,12 +296,14 @@ class Project:
     def read_path(self, pipe: str) -> tuple[str, str]:
         """How an endpoint pipe is answered, judged from the files alone (its statement in analysis mode): ("duckdb",
         its DuckDB SQL) on the read path, or ("spark", why not) where DuckDB cannot answer with Spark's meaning."""
+        from pipeframe.compiler.service import SERVICE_TABLES
         from pipeframe.endpoints import declared_pipe
         from pipeframe.serving import translate
 
         compiled = declared_pipe(self.compiled, pipe, "endpoint")
         schema = {name: {c.name: (c.value_type if c.state and not c.explicit else c.type) or "STRING"
                          for c in ds.columns} for name, ds in self.compiled.datasources.items()}
+        schema.update({t.relation: dict(t.columns) for t in SERVICE_TABLES})  # pipeframe.pipe_stats, ...
         try:
             return "duckdb", translate.translate(translate.parse(compiled.sql), schema).sql
         except translate.Untranslatable as refused:

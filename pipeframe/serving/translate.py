@@ -77,7 +77,7 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Abs, exp.Sqrt, exp.Pow, exp.Ln, exp.Exp, exp.Sign, exp.Greatest, exp.Least, exp.Floor, exp.Ceil,
     exp.Round,
     exp.Upper, exp.Lower, exp.Length, exp.Concat, exp.ConcatWs, exp.Trim, exp.StartsWith, exp.EndsWith,
-    exp.StrPosition, exp.Left, exp.Right, exp.Reverse, exp.Repeat, exp.Substring,
+    exp.StrPosition, exp.Left, exp.Right, exp.Reverse, exp.Repeat, exp.Substring, exp.Translate,
     exp.TimestampTrunc, exp.DateTrunc, exp.TsOrDsToDate, exp.Year, exp.Month, exp.Day, exp.Hour, exp.Minute,
     exp.Second, exp.Quarter, exp.DayOfMonth, exp.CurrentTimestamp, exp.CurrentDate,
     exp.Array, exp.ArraySize, exp.ArrayContains, exp.Flatten, exp.ArrayDistinct, exp.ArrayAgg,
@@ -454,6 +454,8 @@ def _cast_agrees(source: exp.DataType, target: exp.DataType) -> bool:
         return target.is_type(*_TIMES, *_TEXT)
     if source.is_type(exp.DType.TIMESTAMP, exp.DType.TIMESTAMPTZ, exp.DType.TIMESTAMPLTZ):
         return target.is_type(*_TIMES)
+    if source.is_type(*_TEXT):  # text as text (`x::String` of a JSON path): the value as it is
+        return target.is_type(*_TEXT)
     return False
 
 
@@ -480,6 +482,17 @@ def _substring(node: exp.Expr) -> exp.Expr:
         raise Untranslatable("`substring`", "a start or length that is not a constant of at least 0")
     if start is not None and int(start.name) == 0:
         node.set("start", exp.Literal.number(1))
+    return node
+
+
+def _translate_chars(node: exp.Expr) -> exp.Expr:
+    """`translate(s, from, to)` (what ClickHouse's ASCII-only `lower`/`upper` become) with constant sets: each character
+    of `from` mapped to the one at its place in `to`, or removed past its end, in both. A character twice in `from` is
+    left to Spark (which of its places counts is either engine's own rule)."""
+    chars, into = node.args.get("from_"), node.args.get("to")
+    if not (isinstance(chars, exp.Literal) and chars.is_string and isinstance(into, exp.Literal) and into.is_string) \
+            or len(set(chars.name)) != len(chars.name):
+        raise Untranslatable("`translate`", "only constant sets of characters, each once in the first, are translated")
     return node
 
 
@@ -572,7 +585,7 @@ def _bracket(node: exp.Expr) -> exp.Expr:
 _HANDLERS: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr]] = {
     exp.Div: _divide, exp.IntDiv: _divide, exp.Mod: _divide, exp.Round: _round, exp.Like: _like,
     exp.ILike: _like, exp.Anonymous: _anonymous, exp.CountIf: _count_if, exp.Substring: _substring,
-    exp.ArgMax: _arg_extreme, exp.ArgMin: _arg_extreme,
+    exp.ArgMax: _arg_extreme, exp.ArgMin: _arg_extreme, exp.Translate: _translate_chars,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Interval: _interval, exp.RegexpLike: _regex,
     exp.RegexpReplace: _regex, exp.JSONExtractScalar: _json_value, exp.Bracket: _bracket,
 }

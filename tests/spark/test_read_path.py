@@ -229,7 +229,9 @@ TEXT = ["user_id", "country", "upper(user_id)", "lower(country)", "concat(user_i
         "regexp_replace(user_id, '^([a-z])([a-z]+)', '$2-$1')", "regexp_replace(user_id, '[aeiou]', '')",
         "get_json_object(payload, '$.page')", "get_json_object(payload, '$.user.id')",
         "get_json_object(payload, '$.list[1]')", "get_json_object(payload, '$.ok')", "get_json_object(payload, '$.n')",
-        "get_json_object(payload, '$.x')"]
+        "get_json_object(payload, '$.x')", "CAST(get_json_object(payload, '$.user.id') AS STRING)",
+        "CAST(user_id AS VARCHAR(3))", "translate(user_id, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')",
+        "translate(upper(user_id), 'ABCÉË', 'abe')"]
 TIME = ["ts", "day", "date_trunc('hour', ts)", "date_trunc('DAY', ts)", "to_date(ts)", "CAST(day AS TIMESTAMP)",
         "CAST(ts AS DATE)", "date_trunc('MONTH', day)", "ts - INTERVAL 90 MINUTES", "ts + INTERVAL 1 MONTH",
         "add_months(day, 1)"]

@@ -140,7 +140,10 @@ def requests_and_operations(project: Project, service: Service, url: str) -> int
                             and f"org_id={r['org']}" in r["url"] for r in kept)
 
         # The example project's monitoring endpoint over the same rows.
-        health = {r["pipe_name"]: r for r in get(http, "/v0/pipes/endpoint_health.json", hours=48).json()["data"]}
+        answer = get(http, "/v0/pipes/endpoint_health.json", hours=48).json()
+        assert answer["statistics"]["engine"] == "duckdb", answer["statistics"]
+        assert project.read_path("endpoint_health")[0] == "duckdb"  # as `check --json` says before it is called
+        health = {r["pipe_name"]: r for r in answer["data"]}
         assert health["by_org"]["requests"] == sum(n for (pipe, *_), n in seen.items() if pipe == "by_org")
         assert health["by_org"]["errors"] == sum(n for (pipe, status, _), n in seen.items()
                                                  if pipe == "by_org" and status >= 400)

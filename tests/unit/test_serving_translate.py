@@ -191,6 +191,22 @@ def test_regexp_replace_takes_sparks_group_references_and_replaces_every_match(d
     assert rows == [("a+b+c",)]
 
 
+def test_text_cast_as_text_keeps_the_value(db):
+    rows, _ = run(db, "SELECT CAST(get_json_object(s, '$.a') AS STRING) AS a, CAST(s AS VARCHAR(3)) AS b FROM "
+                      "(SELECT '{\"a\": \"x y\"}' AS s UNION ALL SELECT NULL) ORDER BY b NULLS FIRST")
+    assert rows == [(None, None), ("x y", '{"a": "x y"}')]  # Spark casts to a VARCHAR(n) as to a STRING
+
+
+def test_translate_maps_each_character_of_a_constant_set_and_removes_those_past_the_second(db):
+    rows, _ = run(db, "SELECT translate(s, 'HÉLéo', 'hél') AS r FROM t ORDER BY n")
+    assert rows == [(None,), ("ab",), ("hll",)]  # 'héllo': é → l (its place in the second set), o removed
+    rows, _ = run(db, "SELECT translate('ABC-abc', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') AS r")
+    assert rows == [("abc-abc",)]  # ClickHouse's ASCII-only lower()
+    for sql in ("SELECT translate(s, 'aa', 'xy') FROM t", "SELECT translate(s, s, 'x') FROM t"):
+        with pytest.raises(Untranslatable, match="translate"):
+            translate.translate(translate.parse(sql), SCHEMA)
+
+
 def test_bround_rounds_half_to_even_on_the_decimal_a_double_prints_as(db):
     rows, _ = run(db, "SELECT bround(x, 2) AS r FROM t ORDER BY n")
     assert rows == [(1.0,), (-0.5,), (2.68,)]  # 1.005 → 1.00, 2.675 → 2.68 (ties to even on 1.005 / 2.675)
