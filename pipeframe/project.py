@@ -305,7 +305,7 @@ class Project:
                          for c in ds.columns} for name, ds in self.compiled.datasources.items()}
         schema.update({t.relation: dict(t.columns) for t in SERVICE_TABLES})  # pipeframe.pipe_stats, ...
         try:
-            return "duckdb", translate.translate(translate.parse(compiled.sql), schema).sql
+            return "duckdb", translate.translate(translate.parse(compiled.sql), schema, named=True).sql
         except translate.Untranslatable as refused:
             return "spark", str(refused)
 

@@ -204,10 +204,10 @@ class Reader:
         index = {start: i for i, start in enumerate(shape.starts)}
         parameters = shape.parameters(tree)
         try:
-            translation = translate.translate(tree, schema, parameters=parameters)
+            translation = translate.translate(tree, schema, parameters=parameters, named=True)
         except ValueError:
             parameters = {}
-            translation = translate.translate(tree, schema)
+            translation = translate.translate(tree, schema, named=True)
         bound = tuple((index[start], name) for start, name in parameters.items())
         taken = {i for i, _ in bound}
         fixed = tuple((i, text) for i, text in enumerate(shape.literals) if i not in taken)
@@ -263,7 +263,8 @@ class Reader:
                     f"SELECT {', '.join(f'`{c}`' for c, _ in state.columns)} FROM {parts[0]}"
             view = translate.translate(translate.parse(sql), {f"__pf_state{i}": dict(r.columns)
                                                               for i, r in enumerate(relations)},
-                                       renames={f"__pf_state{i}": r.name for i, r in enumerate(relations)})
+                                       renames={f"__pf_state{i}": r.name for i, r in enumerate(relations)},
+                                       named=True)
             self._functions(view.sql)
             # A view's finalizing SQL (its GROUP BY over the partial rows) is run once per version of a table held
             # in memory, into a table its queries read: each query pays for its own work, not the view's merge.

@@ -209,14 +209,16 @@ def reads(tree: exp.Query) -> tuple[str, ...]:
 
 def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
               renames: Mapping[str, str] | None = None, parameters: Mapping[int, str] | None = None,
-              states: bool = False) -> Translation:
+              states: bool = False, named: bool = False) -> Translation:
     """`tree` (from `parse`) in DuckDB SQL. `schema`: every table it reads → its columns' Spark types, in order;
     `renames`: tables to read under another name (a view's `{table}`); `parameters`: string literals (by where they
     start in the statement, as `Shape.parameters` chose them) written as DuckDB parameters `$name` instead (a
     ValueError when one is not found in the translation as it was written); `states`: a view's state query, whose
-    sketch-building aggregates and structs are translated too (`STATE_FUNCTIONS`)."""
+    sketch-building aggregates and structs are translated too (`STATE_FUNCTIONS`); `named`: its columns answer with
+    the names Spark gives them (`output_names`), as an endpoint's and a query's must."""
     tree = tree.copy()
     _check(tree, states)
+    names = output_names(tree, schema) if named else None
     try:
         typed = annotate_types(qualify(tree, schema=dict(schema), dialect=DIALECT, quote_identifiers=False,
                                        validate_qualify_columns=False), schema=dict(schema), dialect=DIALECT,
@@ -228,6 +230,8 @@ def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
                      if isinstance(select.unalias(), exp.Anonymous) and select.unalias().name.lower() in
                      SKETCH_AGGREGATES)
     duck = _rewrite(typed)
+    if names is not None:
+        _rename(duck, names)
     for table in duck.find_all(exp.Table):
         if renames and table.name in renames:
             table.set("this", exp.to_identifier(renames[table.name], quoted=True))
@@ -239,6 +243,95 @@ def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
         for node in found:
             node.replace(exp.Placeholder(this=parameters[node.meta["start"]]))
     return Translation(duck.sql(dialect=DUCKDB), reads(tree), sketches)
+
+
+def output_names(tree: exp.Query, schema: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """The names Spark gives a statement's columns: an alias and a column as written (`SELECT ORDERID` answers
+    `ORDERID`), a star as the table (or the CTE, the subquery) it expands names them, in their order. A column Spark
+    names after its expression (`SELECT count(*)` answers `count(1)`), a star over a join with USING or over a
+    generator, are refused: DuckDB would name them otherwise."""
+    return _names(tree, schema, {})
+
+
+def _names(query: exp.Expr, schema: Mapping[str, Mapping[str, str]], ctes: Mapping[str, exp.Expr]) -> list[str]:
+    while isinstance(query, exp.Subquery | exp.Paren):
+        query = query.this
+    with_ = query.args.get("with_")
+    if with_ is not None:
+        ctes = {**ctes, **{cte.alias_or_name.lower(): cte.this for cte in with_.expressions}}
+    if isinstance(query, exp.SetOperation):
+        return _names(query.left, schema, ctes)  # a union's columns are named by its first branch
+    if not isinstance(query, exp.Select):
+        raise Untranslatable(type(query).__name__, "its columns' names are not known")
+    names: list[str] = []
+    for column in query.expressions:
+        if isinstance(column, exp.Alias):
+            names.append(column.alias)
+        elif isinstance(column, exp.Star) or isinstance(column, exp.Column) and isinstance(column.this, exp.Star):
+            names += _star(query, column.table if isinstance(column, exp.Column) else "", schema, ctes)
+        elif isinstance(column, exp.Column):
+            names.append(column.name)
+        else:
+            names.append(_auto_name(column))
+    return names
+
+
+_NAMED_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
+
+
+def _auto_name(column: exp.Expr) -> str:
+    """The name Spark gives an aggregate of a column written without an alias (`count(1)`, `max(qty)`,
+    `count(DISTINCT s)`, the column as written); other expressions are refused."""
+    name, argument = _NAMED_AGGREGATES.get(type(column)), column.this
+    if name == "count" and (isinstance(argument, exp.Star) or argument is None or
+                            isinstance(argument, exp.Literal) and argument.name == "1"):
+        return "count(1)"
+    if name == "count" and isinstance(argument, exp.Distinct) and len(argument.expressions) == 1 and \
+            isinstance(argument.expressions[0], exp.Column):
+        return f"count(DISTINCT {argument.expressions[0].name})"
+    if name is not None and isinstance(argument, exp.Column) and not isinstance(argument.this, exp.Star):
+        return f"{name}({argument.name})"
+    raise Untranslatable("an output column without a name",
+                         f"Spark names `{column.sql(dialect=DIALECT)[:60]}` after its expression; alias it")
+
+
+def _star(query: exp.Select, table: str, schema: Mapping[str, Mapping[str, str]],
+          ctes: Mapping[str, exp.Expr]) -> list[str]:
+    """The names `*` (or `table.*`) expands to in `query`: each source's columns, in the order of FROM and JOINs."""
+    if query.args.get("laterals") or any(j.args.get("using") for j in query.args.get("joins") or ()):
+        raise Untranslatable("`*`", "over a generator or a join with USING (Spark's columns are not DuckDB's)")
+    from_ = query.args.get("from_")
+    sources = ([from_.this] if from_ is not None else []) + [j.this for j in query.args.get("joins") or ()]
+    names: list[str] = []
+    for source in sources:
+        if table and source.alias_or_name.lower() != table.lower():
+            continue
+        if isinstance(source, exp.Table) and source.name.lower() in ctes:
+            names += _names(ctes[source.name.lower()], schema, ctes)
+        elif isinstance(source, exp.Table):
+            columns = next((c for name, c in schema.items() if name.lower() == source.name.lower()), None)
+            if columns is None:
+                raise Untranslatable(source.name, "its columns are not known")
+            names += list(columns)
+        elif isinstance(source, exp.Subquery):
+            names += _names(source.this, schema, ctes)
+        else:
+            raise Untranslatable("`*`", f"over {type(source).__name__}")
+    return names
+
+
+def _rename(query: exp.Expr, names: list[str]) -> None:
+    """The columns of `query` (qualified: each one aliased) named `names`, as written (quoted: DuckDB keeps case)."""
+    while isinstance(query, exp.Subquery | exp.Paren | exp.SetOperation):
+        query = query.left if isinstance(query, exp.SetOperation) else query.this
+    columns = query.expressions
+    if len(columns) != len(names):
+        raise Untranslatable("the statement", "its columns could not be matched with the names Spark gives them")
+    for column, name in zip(columns, names, strict=True):
+        if isinstance(column, exp.Alias):
+            column.set("alias", exp.to_identifier(name, quoted=True))
+        else:
+            column.replace(exp.alias_(column, name, quoted=True))
 
 
 def _check(tree: exp.Expr, states: bool = False) -> None:

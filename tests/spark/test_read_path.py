@@ -37,7 +37,8 @@ SCHEMA >
     `price` Nullable(Decimal(10, 2)) `json:$.price`,
     `flag` Nullable(Bool) `json:$.flag`,
     `tags` Array(String) `json:$.tags[:]`,
-    `payload` Nullable(String) `json:$.payload`
+    `payload` Nullable(String) `json:$.payload`,
+    `userAgent` Nullable(String) `json:$.ua`
 """
 # One view holding every kind of aggregate state (count, sums of integers, doubles and decimals, min/max, avg,
 # HLL and KLL sketches, a set, arg-max, variance), grouped by a key and a time bucket.
@@ -120,6 +121,7 @@ def facts_rows(rng: random.Random, count: int) -> list[dict]:
                                    '{"page": "/b\\u00e9", "n": -4, "ok": false, "user": {"id": null}, "x": 1.5}',
                                    '{"page": "/c", "list": ["p", "q"], "user": {}}', '{"n": 12345678901234567890}']),
         })
+        rows[-1]["ua"] = f"UA/{rows[-1]['user_id']}"  # a column named in camel case (no draw: the rows stay as they were)
     return rows
 
 
@@ -210,6 +212,23 @@ def test_every_state_kind_reads_as_spark_finalizes_it(generated):
         assert duck.engine == "duckdb", duck.engine_reason
         assert duck.meta == spark.meta and [r["users"] for r in duck.data] == [r["users"] for r in spark.data]
         assert same([r["big_sum"] for r in duck.data], [r["big_sum"] for r in spark.data])
+
+
+def test_columns_answer_with_the_names_spark_gives_them(generated):
+    """As written (an alias, a column in any case), as the table names them (a star), after the expression (an
+    aggregate without an alias); a name DuckDB would give otherwise is refused, and Spark answers."""
+    for sql in ["SELECT USER_ID, Country AS Land, count(*), max(X), count(DISTINCT user_id), Min(n) FROM facts "
+                "GROUP BY USER_ID, Country ORDER BY USER_ID, Land", "SELECT * FROM facts ORDER BY ts, user_id LIMIT 5",
+                "SELECT f.* FROM (SELECT userAgent, user_id AS Who FROM facts) f ORDER BY Who, userAgent LIMIT 5",
+                "WITH w AS (SELECT USERAGENT AS UA, n FROM facts) SELECT * FROM w ORDER BY UA, n LIMIT 4",
+                "SELECT Country FROM facts UNION ALL SELECT user_id FROM facts ORDER BY 1 LIMIT 3"]:
+        spark, duck = answers(generated, lambda p, sql=sql: p.read(sql, 100))
+        assert duck.engine == "duckdb", (sql, duck.engine_reason)
+        assert [name for name, _ in duck.meta] == [name for name, _ in spark.meta], sql
+        assert duck.meta == spark.meta and same(duck.data, spark.data), sql
+    assert [name for name, _ in spark.meta] == ["Country"]
+    spark, duck = answers(generated, lambda p: p.read("SELECT sum(n + 1) FROM facts", 10))
+    assert duck.engine == "spark" and "without a name" in duck.engine_reason and duck.meta == spark.meta
 
 
 # --------------------------------------------------------------------------------------- generated queries

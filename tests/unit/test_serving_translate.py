@@ -197,6 +197,28 @@ def test_text_cast_as_text_keeps_the_value(db):
     assert rows == [(None, None), ("x y", '{"a": "x y"}')]  # Spark casts to a VARCHAR(n) as to a STRING
 
 
+@pytest.mark.parametrize(("sql", "names"), [  # each as Spark 4.1 named it (checked in a session)
+    ("SELECT N, Big, t.X AS Total FROM t", ["N", "Big", "Total"]),
+    ("SELECT count(*), COUNT(1), Count(Big), MAX(t.n), avg(X), count(distinct S) FROM t",
+     ["count(1)", "count(1)", "count(Big)", "max(n)", "avg(X)", "count(DISTINCT S)"]),
+    ("SELECT * FROM t", ["n", "big", "x", "s", "ts", "d", "h"]),
+    ("WITH w AS (SELECT S AS Name, n FROM t) SELECT * FROM w", ["Name", "n"]),
+    ("SELECT x.*, m.a FROM (SELECT Big FROM t) x JOIN m ON TRUE", ["Big", "a"]),
+    ("SELECT N FROM t UNION ALL SELECT big FROM t", ["N"]),
+])
+def test_columns_are_named_as_spark_names_them_in_duckdbs_answer(db, sql, names):
+    assert translate.output_names(translate.parse(sql), SCHEMA) == names
+    translation = translate.translate(translate.parse(sql), SCHEMA, named=True)
+    assert [column[0] for column in db.execute(translation.sql).description] == names
+
+
+@pytest.mark.parametrize("sql", ["SELECT sum(n + 1) FROM t", "SELECT approx_count_distinct(s) AS a, n * 2 FROM t",
+                                 "SELECT * FROM t JOIN m USING (a)"])
+def test_a_column_spark_would_name_otherwise_is_refused(sql):
+    with pytest.raises(Untranslatable):
+        translate.translate(translate.parse(sql), SCHEMA, named=True)
+
+
 def test_translate_maps_each_character_of_a_constant_set_and_removes_those_past_the_second(db):
     rows, _ = run(db, "SELECT translate(s, 'HÉLéo', 'hél') AS r FROM t ORDER BY n")
     assert rows == [(None,), ("ab",), ("hll",)]  # 'héllo': é → l (its place in the second set), o removed
