@@ -99,6 +99,10 @@ def spark_settings(config: ProjectConfig, environ: Mapping[str, str] | None = No
         # A view's watermark commit may hold no rows (an increment its WHERE filters out, BACKFILL skip, a rebuild's
         # last commit); it must still be recorded, also where it carries no transaction id (tables.guarded_by_lock).
         "spark.databricks.delta.skipRecordingEmptyCommits": "false",
+        # ORDER BY with a LIMIT above this sorts (spilling as it must) and then takes the rows, where Spark's
+        # in-memory top-K allocates for LIMIT rows first: a query read with a limit of 10**9 ran the driver out of
+        # heap on three rows.
+        "spark.sql.execution.topKSortFallbackThreshold": "100000",
     })
     if config.ingest.kafka_engine == "streaming" and not config.spark.remote:
         from pipeframe.engine.streams import SOURCE_EXCLUDES, SOURCE_PACKAGE

@@ -91,6 +91,7 @@ def test_spark_connect_gets_only_session_settings(tmp_path):
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.databricks.delta.skipRecordingEmptyCommits": "false",
+        "spark.sql.execution.topKSortFallbackThreshold": "100000",
         "spark.sql.shuffle.partitions": "32",
     }
 
