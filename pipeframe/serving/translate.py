@@ -247,9 +247,9 @@ def translate(tree: exp.Query, schema: Mapping[str, Mapping[str, str]],
 
 def output_names(tree: exp.Query, schema: Mapping[str, Mapping[str, str]]) -> list[str]:
     """The names Spark gives a statement's columns: an alias and a column as written (`SELECT ORDERID` answers
-    `ORDERID`), a star as the table (or the CTE, the subquery) it expands names them, in their order. A column Spark
-    names after its expression (`SELECT count(*)` answers `count(1)`), a star over a join with USING or over a
-    generator, are refused: DuckDB would name them otherwise."""
+    `ORDERID`), a star as the table (or the CTE, the subquery) it expands names them, in their order, an aggregate of
+    a column as Spark names it (`count(1)`). Another column Spark names after its expression (`sum((n + 1))`), a star
+    over a generator or a join with USING or NATURAL, are refused: DuckDB would name them otherwise."""
     return _names(tree, schema, {})
 
 
@@ -298,8 +298,10 @@ def _auto_name(column: exp.Expr) -> str:
 def _star(query: exp.Select, table: str, schema: Mapping[str, Mapping[str, str]],
           ctes: Mapping[str, exp.Expr]) -> list[str]:
     """The names `*` (or `table.*`) expands to in `query`: each source's columns, in the order of FROM and JOINs."""
-    if query.args.get("laterals") or any(j.args.get("using") for j in query.args.get("joins") or ()):
-        raise Untranslatable("`*`", "over a generator or a join with USING (Spark's columns are not DuckDB's)")
+    if query.args.get("laterals") or any(j.args.get("using") or j.method == "NATURAL"
+                                         for j in query.args.get("joins") or ()):
+        raise Untranslatable("`*`", "over a generator or a join with USING or NATURAL (Spark's columns are not "
+                             "DuckDB's)")
     from_ = query.args.get("from_")
     sources = ([from_.this] if from_ is not None else []) + [j.this for j in query.args.get("joins") or ()]
     names: list[str] = []

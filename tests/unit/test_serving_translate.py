@@ -213,7 +213,7 @@ def test_columns_are_named_as_spark_names_them_in_duckdbs_answer(db, sql, names)
 
 
 @pytest.mark.parametrize("sql", ["SELECT sum(n + 1) FROM t", "SELECT approx_count_distinct(s) AS a, n * 2 FROM t",
-                                 "SELECT * FROM t JOIN m USING (a)"])
+                                 "SELECT * FROM t JOIN m USING (a)", "SELECT * FROM t NATURAL JOIN m"])
 def test_a_column_spark_would_name_otherwise_is_refused(sql):
     with pytest.raises(Untranslatable):
         translate.translate(translate.parse(sql), SCHEMA, named=True)
