@@ -89,7 +89,7 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
 # Rendered with a transform of this module (see `_transform`).
 # Spark functions sqlglot knows by no class: name → how DuckDB calls them.
 ANONYMOUS: dict[str, str] = {
-    "bround": "round_even",
+    "bround": "round_even", "weekday": "isodow",
     "hll_union_agg": "pf_hll_union", "hll_sketch_estimate": "pf_hll_estimate",
     "kll_merge_agg_double": "pf_kll_merge", "kll_sketch_get_quantile_double": "pf_kll_quantile",
     "kll_sketch_get_n_double": "pf_kll_n",
@@ -104,7 +104,7 @@ STATE_NODES: frozenset[type[exp.Expr]] = frozenset({exp.Struct, exp.PropertyEQ})
 ANONYMOUS_TYPES: dict[str, str] = {
     "hll_union_agg": "BINARY", "hll_sketch_estimate": "BIGINT", "kll_merge_agg_double": "BINARY",
     "kll_sketch_get_quantile_double": "DOUBLE", "kll_sketch_get_n_double": "BIGINT",
-    "hll_sketch_agg": "BINARY", "kll_sketch_agg_double": "BINARY",
+    "hll_sketch_agg": "BINARY", "kll_sketch_agg_double": "BINARY", "weekday": "INT",
 }
 # Types a column of a read table may have (and a CAST may name); anything else (INTERVAL, VARIANT, ...) is refused.
 TYPES = frozenset({
@@ -322,6 +322,24 @@ def _star(query: exp.Select, table: str, schema: Mapping[str, Mapping[str, str]]
     return names
 
 
+def _exploded(node: exp.Lateral) -> bool:
+    """`LATERAL VIEW explode(array) t AS x` (what ClickHouse's ARRAY JOIN becomes): a row per element, NULL elements
+    included, none for a NULL or empty array, as DuckDB's `CROSS JOIN UNNEST(array) AS t(x)` gives them (OUTER,
+    posexplode and explode in the select list are left to Spark; a map's explode by `_unnest`)."""
+    alias = node.args.get("alias")
+    return bool(node.args.get("view")) and not node.args.get("outer") and type(node.this) is exp.Explode and \
+        alias is not None and len(alias.columns) == 1
+
+
+def _unnest(node: exp.Expr) -> exp.Expr:
+    """An exploded array (`_exploded`); a map's explode (a key and a value column in Spark) is refused."""
+    if isinstance(node.this, exp.Explode):
+        given = node.this.this.type
+        if given is None or not given.is_type(exp.DType.ARRAY):
+            raise Untranslatable("`explode`", "only of an array (a map's rows are Spark's)")
+    return node
+
+
 def _rename(query: exp.Expr, names: list[str]) -> None:
     """The columns of `query` (qualified: each one aliased) named `names`, as written (quoted: DuckDB keeps case)."""
     while isinstance(query, exp.Subquery | exp.Paren | exp.SetOperation):
@@ -339,6 +357,8 @@ def _rename(query: exp.Expr, names: list[str]) -> None:
 def _check(tree: exp.Expr, states: bool = False) -> None:
     for node in tree.walk():
         kind = type(node)
+        if kind is exp.Lateral and _exploded(node) or kind is exp.Explode and isinstance(node.parent, exp.Lateral):
+            continue
         if states and (kind in STATE_NODES or isinstance(node, exp.Anonymous) and len(node.expressions) == 1 and
                        node.name.lower() in STATE_FUNCTIONS):
             continue
@@ -657,6 +677,11 @@ def _anonymous(node: exp.Expr) -> exp.Expr:
     args = [a.copy() for a in node.expressions]
     if name == "bround":
         return _rounded(node.expressions[0], node.expressions[1] if len(node.expressions) > 1 else None, "round_even")
+    if name == "weekday":  # Spark's 0 (Monday) to 6 (Sunday) of a date, or of an instant's UTC date
+        given = node.expressions[0].type if len(node.expressions) == 1 else None
+        if given is None or not given.is_type(exp.DType.DATE, *_TIMES):
+            raise Untranslatable("`weekday`", "only of a date or a timestamp")
+        return exp.cast(exp.Sub(this=exp.func("isodow", *args), expression=exp.Literal.number(1)), "INT")
     if name in SKETCH_AGGREGATES:
         return exp.func(ANONYMOUS[name], exp.ArrayAgg(this=args[0]))  # hll_union_agg's `true`: see sketches.py
     if name in STATE_FUNCTIONS:  # allowed by `_check` only for a state query
@@ -680,7 +705,7 @@ def _bracket(node: exp.Expr) -> exp.Expr:
 _HANDLERS: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr]] = {
     exp.Div: _divide, exp.IntDiv: _divide, exp.Mod: _divide, exp.Round: _round, exp.Like: _like,
     exp.ILike: _like, exp.Anonymous: _anonymous, exp.CountIf: _count_if, exp.Substring: _substring,
-    exp.ArgMax: _arg_extreme, exp.ArgMin: _arg_extreme, exp.Translate: _translate_chars,
+    exp.ArgMax: _arg_extreme, exp.ArgMin: _arg_extreme, exp.Translate: _translate_chars, exp.Lateral: _unnest,
     exp.Cast: _cast, exp.TryCast: _cast, exp.Interval: _interval, exp.RegexpLike: _regex,
     exp.RegexpReplace: _regex, exp.JSONExtractScalar: _json_value, exp.Bracket: _bracket,
 }

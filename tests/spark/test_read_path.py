@@ -243,7 +243,8 @@ NUMERIC = ["n", "big", "x", "price", "n + big", "x * 2", "n DIV 3", "n % 7", "x 
            "CAST(n AS DOUBLE) / 3", "nullif(n, 0)", "if(flag, x, -x)", "sqrt(abs(x))", "pow(n, 2)",
            "CAST(x AS INT)", "CAST(price AS INT)", "CAST(price AS DECIMAL(12, 1))", "CAST(big AS DOUBLE)",
            "CAST(flag AS INT)", "n * big", "big % 7", "x - n", "abs(price)", "round(price * 3, 1)", "greatest(x, n)",
-           "price - n", "price * price", "bround(x, 1)", "bround(price, 1)", "datediff(day, to_date(ts))"]
+           "price - n", "price * price", "bround(x, 1)", "bround(price, 1)", "datediff(day, to_date(ts))",
+           "weekday(day)", "weekday(ts)"]
 TEXT = ["user_id", "country", "upper(user_id)", "lower(country)", "concat(user_id, '-', country)",
         "substring(user_id, 2, 3)", "substr(user_id, 0, 2)", "trim(concat(' ', user_id, ' '))",
         "coalesce(country, 'none')", "CAST(n AS STRING)", "CAST(price AS STRING)",
@@ -274,6 +275,10 @@ VIEW_READS = [
     "SELECT day, max(users) AS users, min(x_min) AS low FROM states GROUP BY day ORDER BY day",
     "SELECT * FROM states WHERE country = 'DE' ORDER BY day",
     "SELECT country, users, big_sum FROM explicit ORDER BY country",
+    # ClickHouse's ARRAY JOIN as Spark runs it: NULL elements kept, no row for an empty array
+    "SELECT tag, count(*) AS n, sum(x) AS x FROM facts LATERAL VIEW explode(tags) t AS tag GROUP BY tag ORDER BY tag",
+    ("SELECT user_id, tag, weekday(day) AS wd FROM facts LATERAL VIEW explode(tags) t AS tag WHERE tag <> 'a' "
+     "ORDER BY user_id, tag, wd, ts LIMIT 30"),
 ]
 
 

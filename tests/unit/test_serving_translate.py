@@ -219,6 +219,25 @@ def test_a_column_spark_would_name_otherwise_is_refused(sql):
         translate.translate(translate.parse(sql), SCHEMA, named=True)
 
 
+def test_an_exploded_array_gives_a_row_per_element_and_none_for_null_or_empty_arrays(db):
+    rows, _ = run(db, "SELECT k, e FROM (SELECT 1 AS k, array(5, NULL) AS a UNION ALL SELECT 2, array() UNION ALL "
+                      "SELECT 3, NULL) LATERAL VIEW explode(a) t AS e ORDER BY k, e NULLS FIRST")
+    assert rows == [(1, None), (1, 5)]  # as Spark's explode (not explode_outer)
+    for sql in ("SELECT e FROM m LATERAL VIEW OUTER explode(a) t AS e", "SELECT e FROM m LATERAL VIEW posexplode(a) t AS e",
+                "SELECT k FROM m LATERAL VIEW explode(p) t AS k, v", "SELECT explode(a) AS e FROM m",
+                "SELECT * FROM m LATERAL VIEW explode(a) t AS e"):
+        with pytest.raises(Untranslatable):
+            translate.translate(translate.parse(sql), SCHEMA, named=True)
+
+
+def test_weekday_counts_from_monday_as_spark(db):
+    rows, translation = run(db, "SELECT weekday(CAST('2024-05-06' AS DATE)) AS mon, weekday(ts) AS d FROM t "
+                                "ORDER BY n")  # a Monday; 2024-05-01, a Wednesday
+    assert rows == [(0, 2), (0, None), (0, 2)] and "INTEGER" in str(db.execute(translation.sql).description[1][1])
+    with pytest.raises(Untranslatable, match="weekday"):  # Spark casts text to a date first
+        translate.translate(translate.parse("SELECT weekday(s) AS w FROM t"), SCHEMA)
+
+
 def test_translate_maps_each_character_of_a_constant_set_and_removes_those_past_the_second(db):
     rows, _ = run(db, "SELECT translate(s, 'HÉLéo', 'hél') AS r FROM t ORDER BY n")
     assert rows == [(None,), ("ab",), ("hll",)]  # 'héllo': é → l (its place in the second set), o removed
