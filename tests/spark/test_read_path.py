@@ -275,7 +275,9 @@ VIEW_READS = [
     "SELECT day, max(users) AS users, min(x_min) AS low FROM states GROUP BY day ORDER BY day",
     "SELECT * FROM states WHERE country = 'DE' ORDER BY day",
     "SELECT country, users, big_sum FROM explicit ORDER BY country",
-    # ClickHouse's ARRAY JOIN as Spark runs it: NULL elements kept, no row for an empty array
+]
+# ClickHouse's ARRAY JOIN as Spark runs it (a row per element, none for an empty array): always on the read path.
+ARRAY_JOINS = [
     "SELECT tag, count(*) AS n, sum(x) AS x FROM facts LATERAL VIEW explode(tags) t AS tag GROUP BY tag ORDER BY tag",
     ("SELECT user_id, tag, weekday(day) AS wd FROM facts LATERAL VIEW explode(tags) t AS tag WHERE tag <> 'a' "
      "ORDER BY user_id, tag, wd, ts LIMIT 30"),
@@ -285,7 +287,7 @@ VIEW_READS = [
 def generated_queries(rng: random.Random, count: int) -> list[str]:
     """Queries over the generated facts: projections with a filter, ordered by every column (deterministic) or by a
     prefix with LIMIT (ties), and grouped aggregates."""
-    queries = list(VIEW_READS)
+    queries = VIEW_READS + ARRAY_JOINS
     scalars = NUMERIC + TEXT + TIME
     while len(queries) < count:
         kind = rng.random()
@@ -321,7 +323,7 @@ def test_generated_queries_answer_the_same_on_both_paths(generated):
             errors += 1
             continue
         if duck.engine == "spark":  # refused: it said why and Spark answered
-            assert duck.engine_reason, sql
+            assert duck.engine_reason and sql not in ARRAY_JOINS, (sql, duck.engine_reason)
             refused[duck.engine_reason.split(" is ")[0]] = refused.get(duck.engine_reason.split(" is ")[0], 0) + 1
             assert same(duck.data, spark.data), sql
             continue
